@@ -1,0 +1,79 @@
+"""seglog storage: a pure-Python segmented log whose files are Apache Kafka's format.
+
+The layers, bottom up: records and batches (``record``, ``record_batch``,
+``batch_builder``, ``legacy_record``, ``compression``), index files (``offset_index``,
+``time_index``), a segment (``segment``), the sorted segment map (``log_segments``), a
+partition log with roll and retention (``log``) and its recovery (``log_loader``), and
+the log directory with topics, checkpoints and the writer lock (``log_manager``).
+
+This package never imports trio, pyfuse3, pyspark or seglogfs.
+"""
+
+from .batch_builder import build_record_batch
+from .clock import SYSTEM_CLOCK, Clock, SystemClock
+from .errors import (
+    ConfigError,
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidOffsetError,
+    InvalidTopicError,
+    LogDirLockedError,
+    OffsetOutOfRangeError,
+    ReadOnlyLogError,
+    RecordTooLargeError,
+    StorageError,
+    TopicError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from .log import AppendInfo, Log
+from .log_config import BrokerConfig, LogConfig, load_properties, parse_properties
+from .log_manager import LogManager, PartitionDescription, TopicDescription
+from .partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
+from .record import CompressionType, Header, ProducerRecord, Record, TimestampType
+from .record_batch import DefaultRecordBatch, LegacyRecordBatch, RecordBatch, iter_batches
+from .topic import TopicMetadata, validate_topic_name
+
+__all__ = [
+    "SYSTEM_CLOCK",
+    "AppendInfo",
+    "BrokerConfig",
+    "Clock",
+    "CompressionType",
+    "ConfigError",
+    "CorruptIndexError",
+    "CorruptRecordError",
+    "DefaultRecordBatch",
+    "Header",
+    "InvalidOffsetError",
+    "InvalidTopicError",
+    "LegacyRecordBatch",
+    "Log",
+    "LogConfig",
+    "LogDirLockedError",
+    "LogManager",
+    "OffsetOutOfRangeError",
+    "PartitionDescription",
+    "ProducerRecord",
+    "ReadOnlyLogError",
+    "Record",
+    "RecordBatch",
+    "RecordTooLargeError",
+    "StickyPartitioner",
+    "StorageError",
+    "SystemClock",
+    "TimestampType",
+    "TopicDescription",
+    "TopicError",
+    "TopicExistsError",
+    "TopicMetadata",
+    "UnknownTopicError",
+    "build_record_batch",
+    "iter_batches",
+    "load_properties",
+    "murmur2",
+    "parse_properties",
+    "partition_for_key",
+    "to_positive",
+    "validate_topic_name",
+]

@@ -1,0 +1,125 @@
+"""The storage engine's exceptions: one tree, each error carrying its context.
+
+``StorageError`` is the root; callers that only need "the log said no" catch it.
+The branches draw these lines:
+
+- ``CorruptRecordError`` / ``CorruptIndexError``: bytes on disk are not what the
+  format promises. Records are never served past such a point; indexes are rebuilt.
+- ``OffsetOutOfRangeError``: a well-formed request for an offset the log does not
+  hold (below the log start or past the log end), as Kafka's fetch reports it.
+- ``RecordTooLargeError``: a record (batch) over ``max.message.bytes``; nothing appended.
+- ``ConfigError``: a configuration key or value that Kafka would reject.
+- ``TopicError`` and its children: the topic namespace (names, existence).
+- ``LogDirLockedError``: another process already writes this log directory.
+- ``ReadOnlyLogError``: a mutation was asked of a log opened read-only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class StorageError(Exception):
+    """Root of every error raised by the ``storage`` package."""
+
+
+class CorruptRecordError(StorageError):
+    """Bytes at ``position`` of ``path`` are not a valid record batch.
+
+    Raised for a bad CRC, an impossible length or magic, or a record that does not
+    parse. ``path`` is ``None`` for in-memory buffers.
+    """
+
+    def __init__(self, message: str, path: Path | str | None = None, position: int = -1) -> None:
+        where = f"{path}" if path is not None else "buffer"
+        if position >= 0:
+            where += f" at byte {position}"
+        super().__init__(f"corrupt record in {where}: {message}")
+        self.reason = message
+        self.path = path
+        self.position = position
+
+
+class CorruptIndexError(StorageError):
+    """An index file fails its sanity check; it is rebuildable from its log."""
+
+    def __init__(self, path: Path | str, message: str) -> None:
+        super().__init__(f"corrupt index {path}: {message}")
+        self.path = path
+
+
+class InvalidOffsetError(StorageError):
+    """An append would break the monotonic offsets of a log or index."""
+
+
+class OffsetOutOfRangeError(StorageError):
+    """``offset`` lies outside ``[log_start_offset, log_end_offset]``."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is out of range: the log holds [{log_start_offset}, {log_end_offset})"
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class RecordTooLargeError(StorageError):
+    """A batch of ``size`` bytes exceeds ``max.message.bytes`` (``limit``)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"record batch of {size} bytes exceeds max.message.bytes={limit}")
+        self.size = size
+        self.limit = limit
+
+
+class ConfigError(StorageError, ValueError):
+    """A configuration ``key`` has an unacceptable ``value``."""
+
+    def __init__(self, key: str, value: object, reason: str) -> None:
+        super().__init__(f"invalid value {value!r} for configuration {key}: {reason}")
+        self.key = key
+        self.value = value
+        self.reason = reason
+
+
+class TopicError(StorageError):
+    """Root of errors about the topic namespace."""
+
+
+class InvalidTopicError(TopicError, ValueError):
+    """A topic name breaks Kafka's rules (``[a-zA-Z0-9._-]``, 1-249 chars, not . or ..)."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"invalid topic name {name!r}: {reason}")
+        self.name = name
+
+
+class TopicExistsError(TopicError):
+    """A topic of that name already exists."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"topic {name!r} already exists")
+        self.name = name
+
+
+class UnknownTopicError(TopicError):
+    """No topic (or partition) of that name exists."""
+
+    def __init__(self, name: str, partition: int | None = None) -> None:
+        what = f"topic {name!r}" if partition is None else f"partition {name}-{partition}"
+        super().__init__(f"{what} does not exist")
+        self.name = name
+        self.partition = partition
+
+
+class LogDirLockedError(StorageError):
+    """Another process holds the writer lock of this log directory."""
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__(f"log directory {path} is locked by another writer process")
+        self.path = path
+
+
+class ReadOnlyLogError(StorageError):
+    """A mutation was requested from a log or log manager opened read-only."""

@@ -1,0 +1,208 @@
+"""The ``.log`` file of a segment: record batches back to back (Kafka's ``FileRecords``).
+
+Appends go to the end of the file with ``os.write`` on an ``O_APPEND`` descriptor;
+reads use ``os.pread`` so concurrent readers in this process need no shared file
+position. ``size`` is the number of bytes this object considers valid: the writer
+knows it exactly; a reader in another process refreshes it with ``refresh_size()``
+and never trusts a partial batch at the tail (the writer may be mid-``write``).
+
+Thread-safety: one appending thread; any number of threads may read concurrently with
+it (each read is a ``pread`` of bytes below a ``size`` that only grows on append).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from .errors import CorruptRecordError
+from .record_batch import HEADER_SIZE_UP_TO_MAGIC, RecordBatch, batch_size_at, read_batch
+
+READ_CHUNK_BYTES = 1 << 20
+"""How much a batch scan reads per ``pread``: large enough to amortise the call."""
+
+
+class OffsetPosition(NamedTuple):
+    """Where the batch holding an offset sits: its last offset, position and size."""
+
+    offset: int
+    position: int
+    size: int
+
+
+class TimestampAndOffset(NamedTuple):
+    timestamp: int
+    offset: int
+
+
+class FileRecords:
+    """A segment's ``.log`` file.
+
+    Args:
+        path: the file.
+        writable: open for append (creating the file if missing).
+    """
+
+    def __init__(self, path: Path, *, writable: bool) -> None:
+        self.path = path
+        self.writable = writable
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT if writable else os.O_RDONLY
+        self._fd: int = os.open(path, flags | os.O_CLOEXEC, 0o644)
+        self.size = os.fstat(self._fd).st_size
+
+    # -- writing ---------------------------------------------------------------------
+
+    def append(self, data: bytes) -> int:
+        """Append ``data`` (whole batches); return the position it was written at.
+
+        A short write (disk full mid-way) is undone by truncating back, so no partial
+        batch is left behind for a reader to see as a torn tail.
+
+        Raises:
+            OSError: the write failed (e.g. ``ENOSPC``); the file is as before.
+        """
+        position = self.size
+        try:
+            written = os.write(self._fd, data)
+            while written < len(data):
+                written += os.write(self._fd, memoryview(data)[written:])
+        except BaseException:
+            # Crash safety: without this, the bytes of a half-written batch would sit
+            # past ``size``; recovery would cut them, but a live reader must not see them.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, position)
+            raise
+        self.size = position + len(data)
+        return position
+
+    def flush(self) -> None:
+        """Make appended bytes durable (``fdatasync``)."""
+        os.fdatasync(self._fd)
+
+    def truncate_to(self, size: int) -> int:
+        """Cut the file to ``size`` bytes; return how many bytes were removed.
+
+        Read-only: the file is untouched and only this object's view shrinks, so a
+        reader of a crashed log never sees the invalid tail that recovery would cut.
+        """
+        if size < 0 or size > self.size:
+            raise ValueError(f"cannot truncate {self.path} of {self.size} bytes to {size}")
+        removed = self.size - size
+        if removed:
+            if self.writable:
+                os.ftruncate(self._fd, size)
+            self.size = size
+        return removed
+
+    # -- reading ---------------------------------------------------------------------
+
+    def refresh_size(self) -> int:
+        """Re-read the file size (readers of a file another process appends to)."""
+        self.size = os.fstat(self._fd).st_size
+        return self.size
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes at ``position``, never past ``self.size``."""
+        size = min(size, self.size - position)
+        if size <= 0:
+            return b""
+        return os.pread(self._fd, size, position)
+
+    def batches(self, start: int = 0, end: int | None = None) -> Iterator[RecordBatch]:
+        """Every complete batch beginning in ``[start, end)``, in file order.
+
+        Stops silently at a partial batch at the tail (a writer mid-append, or a torn
+        write before recovery). CRCs are not checked here.
+
+        Cost: one ``pread`` per ``READ_CHUNK_BYTES`` (or per batch when batches are larger).
+
+        Raises:
+            CorruptRecordError: a batch header with an impossible size or magic.
+        """
+        limit = self.size if end is None else min(end, self.size)
+        position = start
+        while limit - position >= HEADER_SIZE_UP_TO_MAGIC:
+            chunk = os.pread(self._fd, min(READ_CHUNK_BYTES, limit - position), position)
+            if len(chunk) < HEADER_SIZE_UP_TO_MAGIC:
+                return  # the file shrank under us (truncated by the writer)
+            offset_in_chunk = 0
+            n = len(chunk)
+            while n - offset_in_chunk >= HEADER_SIZE_UP_TO_MAGIC:
+                try:
+                    size, _magic = batch_size_at(chunk, offset_in_chunk)
+                except CorruptRecordError as exc:
+                    raise CorruptRecordError(
+                        exc.reason, self.path, position + offset_in_chunk
+                    ) from None
+                if offset_in_chunk + size > n:
+                    break
+                yield read_batch(chunk, offset_in_chunk, position + offset_in_chunk)
+                offset_in_chunk += size
+            if offset_in_chunk == 0:
+                # A batch larger than the chunk: read exactly it, or stop at a partial tail.
+                if position + size > limit:
+                    return
+                data = os.pread(self._fd, size, position)
+                if len(data) < size:
+                    return
+                yield read_batch(data, 0, position)
+                offset_in_chunk = size
+            position += offset_in_chunk
+
+    def search_for_offset(self, target_offset: int, start: int = 0) -> OffsetPosition | None:
+        """The first batch at or after ``start`` whose last offset is >= ``target_offset``.
+
+        Cost: a forward scan from ``start``; callers start from an index entry, so it
+        reads at most about ``index.interval.bytes`` plus one batch.
+        """
+        for batch in self.batches(start):
+            last = batch.last_offset
+            if last >= target_offset:
+                return OffsetPosition(last, batch.position, batch.size)
+        return None
+
+    def search_for_timestamp(
+        self, target_timestamp: int, start: int, starting_offset: int
+    ) -> TimestampAndOffset | None:
+        """The first record at or after ``start`` with offset >= ``starting_offset`` and
+        timestamp >= ``target_timestamp`` (Kafka's ``searchForTimestamp``)."""
+        for batch in self.batches(start):
+            if batch.max_timestamp >= target_timestamp:
+                for record in batch.records():
+                    if record.offset >= starting_offset and record.timestamp >= target_timestamp:
+                        return TimestampAndOffset(record.timestamp, record.offset)
+        return None
+
+    def largest_timestamp_after(self, start: int) -> TimestampAndOffset:
+        """The largest batch max timestamp from ``start`` on, with that batch's last offset."""
+        best = TimestampAndOffset(-1, -1)
+        for batch in self.batches(start):
+            if batch.max_timestamp > best.timestamp:
+                best = TimestampAndOffset(batch.max_timestamp, batch.last_offset)
+        return best
+
+    # -- file lifecycle --------------------------------------------------------------
+
+    def rename_to(self, path: Path) -> None:
+        """Rename the file; the descriptor (and readers holding one) stay valid."""
+        os.rename(self.path, path)
+        self.path = path
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete_if_exists(self) -> bool:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def __repr__(self) -> str:
+        return f"FileRecords({self.path}, size={self.size})"

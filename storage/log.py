@@ -1,0 +1,691 @@
+"""A partition's log: its segments, its offsets, append, read, roll and retention.
+
+This is Kafka's ``UnifiedLog`` + ``LocalLog`` for one ``<topic>-<partition>`` directory.
+Offsets are assigned on append; reads go offset -> segment (bisection over base
+offsets) -> index entry -> forward scan. Roll and retention are methods the caller
+runs (the daemon schedules them); the time comes from an injectable ``Clock``.
+
+Thread-safety: appends, roll, retention, truncation and flush take the log's lock.
+Reads do not: they work on a snapshot of the segment map and ``pread`` below sizes
+that only grow, so they run concurrently with an append. Segments removed by retention
+keep their descriptors open for ``file.delete.delay.ms`` so that a read in progress can
+finish.
+
+A log opened with ``writable=False`` never changes a file: it is how another process
+reads a log directory a writer owns (``refresh()`` picks up new data and segments) and
+how a copy of a Kafka broker's directory is browsed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import struct
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from .batch_builder import build_record_batch
+from .clock import SYSTEM_CLOCK, Clock
+from .compression import codec_from_name
+from .errors import (
+    CorruptRecordError,
+    InvalidOffsetError,
+    OffsetOutOfRangeError,
+    ReadOnlyLogError,
+    RecordTooLargeError,
+)
+from .file_names import DELETED_FILE_SUFFIX, parse_topic_partition_name
+from .log_config import LogConfig
+from .log_segments import LogSegments
+from .record import CompressionType, Header, Record, TimestampType
+from .record_batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    MAGIC_V2,
+    MAX_TIMESTAMP_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    DefaultRecordBatch,
+    RecordBatch,
+    iter_batches,
+)
+from .segment import AppendedBatch, LogSegment
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    """What an append did: the offsets it assigned and where the bytes went."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    record_count: int
+    size: int
+    segment_base_offset: int
+    position: int
+
+
+class Log:
+    """The log of one topic-partition. Open it with ``Log.open`` (see ``log_loader``)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: LogSegments,
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        next_offset: int,
+        clock: Clock = SYSTEM_CLOCK,
+        writable: bool = True,
+    ) -> None:
+        self.dir = directory
+        parsed = parse_topic_partition_name(directory.name)
+        self.topic, self.partition = parsed if parsed is not None else (directory.name, 0)
+        self.config = config
+        self.segments = segments
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self._next_offset = next_offset
+        self.clock = clock
+        self.writable = writable
+        self._lock = threading.RLock()
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._closed = False
+        # Private directories holding indexes a read-only log had to rebuild.
+        self._scratch_dirs: list[Path] = []
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        had_clean_shutdown: bool = True,
+        clock: Clock = SYSTEM_CLOCK,
+        writable: bool = True,
+    ) -> Log:
+        """Open (creating if needed, when writable) the log in ``directory``, recovering
+        it after an unclean shutdown. See ``log_loader.load_log``."""
+        from .log_loader import load_log
+
+        return load_log(
+            directory,
+            config,
+            log_start_offset=log_start_offset,
+            recovery_point=recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+            clock=clock,
+            writable=writable,
+        )
+
+    # -- offsets and facts -----------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._next_offset
+
+    @property
+    def active_segment(self) -> LogSegment:
+        segment = self.segments.last_segment
+        assert segment is not None, "a log always has an active segment"
+        return segment
+
+    @property
+    def size(self) -> int:
+        """Bytes in all ``.log`` files. Cost: O(number of segments)."""
+        return self.segments.size_in_bytes()
+
+    @property
+    def number_of_segments(self) -> int:
+        return len(self.segments)
+
+    def first_timestamp(self) -> int:
+        """Timestamp of the oldest retained record, -1 if the log is empty."""
+        for record in self.records(self.log_start_offset):
+            return record.timestamp
+        return -1
+
+    def last_timestamp(self) -> int:
+        """The largest record timestamp in the active segment (or earlier ones if empty)."""
+        for segment in reversed(self.segments.values()):
+            ts = segment.max_timestamp
+            if ts >= 0 or segment.size > 0:
+                return ts
+        return -1
+
+    # -- appending -------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if not self.writable:
+            raise ReadOnlyLogError(f"log {self.dir} is open read-only")
+        if self._closed:
+            raise ReadOnlyLogError(f"log {self.dir} is closed")
+
+    def append(
+        self,
+        values: Sequence[bytes | None],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+        timestamps: Sequence[int] | int | None = None,
+        headers: Sequence[Sequence[Header]] | None = None,
+    ) -> AppendInfo:
+        """Append records as one batch (several if one would exceed ``max.message.bytes``).
+
+        ``timestamps`` default to the clock's now; under ``message.timestamp.type=
+        LogAppendTime`` the log's time replaces them. The batch is compressed with the
+        topic's ``compression.type`` (``producer`` and ``uncompressed`` mean none here).
+        All batches of one call go out in one ``write``: a failure appends nothing.
+
+        Cost: O(bytes appended); O(log n) roll check.
+
+        Raises:
+            RecordTooLargeError: a single record's batch exceeds ``max.message.bytes``.
+            OSError: the write failed (e.g. ``ENOSPC``); nothing was appended.
+            ReadOnlyLogError: the log is read-only or closed.
+        """
+        n = len(values)
+        if n == 0:
+            raise ValueError("append needs at least one record")
+        with self._lock:
+            self._check_writable()
+            now = self.clock.milliseconds()
+            timestamp_type = self._timestamp_type
+            if timestamps is None or timestamp_type is TimestampType.LOG_APPEND_TIME:
+                timestamps = now
+            codec = self._codec
+            base_offset = self._next_offset
+            data_parts: list[bytes] = []
+            appended: list[AppendedBatch] = []
+            self._build_batches(
+                values, keys, timestamps, headers, 0, n, base_offset, codec, timestamp_type,
+                data_parts, appended,
+            )  # fmt: skip
+            return self._append_built(data_parts, appended, n, now)
+
+    @property
+    def _codec(self) -> CompressionType:
+        name = self.config.compression_type
+        return CompressionType.NONE if name == "producer" else codec_from_name(name)
+
+    @property
+    def _timestamp_type(self) -> TimestampType:
+        if self.config.message_timestamp_type == "LogAppendTime":
+            return TimestampType.LOG_APPEND_TIME
+        return TimestampType.CREATE_TIME
+
+    def _build_batches(
+        self,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        timestamps: Sequence[int] | int,
+        headers: Sequence[Sequence[Header]] | None,
+        start: int,
+        end: int,
+        base_offset: int,
+        codec: CompressionType,
+        timestamp_type: TimestampType,
+        data_parts: list[bytes],
+        appended: list[AppendedBatch],
+    ) -> None:
+        # Build one batch for values[start:end]; if it is over max.message.bytes, split
+        # the range in halves (a record alone over the limit is the producer's error).
+        whole = start == 0 and end == len(values)
+        batch_timestamps = timestamps if isinstance(timestamps, int) else timestamps[start:end]
+        data = build_record_batch(
+            values if whole else values[start:end],
+            keys=None if keys is None else (keys if whole else keys[start:end]),
+            headers=None if headers is None else (headers if whole else headers[start:end]),
+            timestamps=batch_timestamps,
+            base_offset=base_offset + start,
+            codec=codec,
+            timestamp_type=timestamp_type,
+        )
+        limit = self.config.max_message_bytes
+        if len(data) > limit:
+            if end - start == 1:
+                raise RecordTooLargeError(len(data), limit)
+            middle = (start + end) // 2
+            for lo, hi in ((start, middle), (middle, end)):
+                self._build_batches(
+                    values, keys, timestamps, headers, lo, hi, base_offset, codec,
+                    timestamp_type, data_parts, appended,
+                )  # fmt: skip
+            return
+        max_ts = batch_timestamps if isinstance(batch_timestamps, int) else max(batch_timestamps)
+        data_parts.append(data)
+        appended.append(AppendedBatch(base_offset + end - 1, max_ts, len(data)))
+
+    def append_batches(self, data: bytes, *, assign_offsets: bool = True) -> AppendInfo:
+        """Append client-built v2 batches (back to back in ``data``), as a broker does.
+
+        Each batch's CRC is checked; with ``assign_offsets`` its base offset is
+        rewritten to the log end offset (bytes 0-7, outside the CRC). Under
+        ``LogAppendTime`` the batch's max timestamp is set to now and its CRC recomputed.
+        Without ``assign_offsets`` the batches must start at the log end offset and
+        increase (used to copy a log, gaps included).
+
+        Raises:
+            CorruptRecordError: a batch is partial, not v2, or fails its CRC.
+            RecordTooLargeError: a batch exceeds ``max.message.bytes``.
+            InvalidOffsetError: without ``assign_offsets``, offsets do not follow the log end.
+        """
+        with self._lock:
+            self._check_writable()
+            now = self.clock.milliseconds()
+            limit = self.config.max_message_bytes
+            log_append_time = self._timestamp_type is TimestampType.LOG_APPEND_TIME
+            next_offset = self._next_offset
+            parts: list[bytes] = []
+            appended: list[AppendedBatch] = []
+            consumed = 0
+            count = 0
+            for batch in iter_batches(data):
+                if batch.magic != MAGIC_V2 or not batch.is_valid():
+                    raise CorruptRecordError(
+                        "batch is not a valid v2 batch", position=batch.position
+                    )
+                if batch.size > limit:
+                    raise RecordTooLargeError(batch.size, limit)
+                assert isinstance(batch, DefaultRecordBatch)
+                raw = bytearray(batch.to_bytes())
+                if assign_offsets:
+                    raw[0:8] = next_offset.to_bytes(8, "big", signed=True)
+                    last_offset = next_offset + batch.last_offset_delta
+                elif batch.base_offset < next_offset:
+                    raise InvalidOffsetError(
+                        f"batch base offset {batch.base_offset} is below the log end "
+                        f"offset {next_offset}"
+                    )
+                else:
+                    last_offset = batch.last_offset
+                max_ts = batch.max_timestamp
+                if log_append_time:
+                    max_ts = now
+                    _set_log_append_time(raw, now)
+                parts.append(bytes(raw))
+                appended.append(AppendedBatch(last_offset, max_ts, batch.size))
+                next_offset = last_offset + 1
+                consumed += batch.size
+                count += batch.records_count
+            if consumed != len(data) or not parts:
+                raise CorruptRecordError(
+                    f"{len(data) - consumed} bytes after the last complete batch",
+                    position=consumed,
+                )
+            return self._append_built(parts, appended, count, now)
+
+    def _append_built(
+        self, parts: list[bytes], appended: list[AppendedBatch], count: int, now: int
+    ) -> AppendInfo:
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        first_offset = self._next_offset
+        last_offset = appended[-1].last_offset
+        max_ts = max(batch.max_timestamp for batch in appended)
+        segment = self._maybe_roll(len(data), max_ts, last_offset, now)
+        position = segment.append(data, appended)
+        self._next_offset = last_offset + 1
+        if self._next_offset - self.recovery_point >= self.config.flush_messages:
+            self.flush()
+        return AppendInfo(
+            first_offset, last_offset, max_ts, count, len(data), segment.base_offset, position
+        )
+
+    # -- roll ------------------------------------------------------------------------
+
+    def _maybe_roll(
+        self, messages_size: int, max_timestamp: int, max_offset: int, now: int
+    ) -> LogSegment:
+        segment = self.active_segment
+        config = self.config
+        if segment.should_roll(
+            messages_size,
+            max_timestamp,
+            max_offset,
+            now,
+            config.segment_bytes,
+            config.max_segment_ms,
+        ):
+            return self.roll()
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Seal the active segment and start a new one at the log end offset.
+
+        A roll of an empty active segment is a no-op (Kafka would recreate it).
+
+        Raises:
+            ReadOnlyLogError: the log is read-only or closed.
+        """
+        with self._lock:
+            self._check_writable()
+            active = self.active_segment
+            new_offset = self._next_offset
+            if active.base_offset == new_offset:
+                return active
+            active.on_becoming_inactive()
+            segment = LogSegment.open(
+                self.dir,
+                new_offset,
+                self.config,
+                self.clock.milliseconds(),
+                rolling_jitter_ms=self._random_jitter(),
+            )
+            # Make room in the new active segment's indexes (Kafka preallocates them).
+            self.segments.add(segment)
+            logger.debug("%s: rolled to segment %d", self.dir.name, new_offset)
+            return segment
+
+    def _random_jitter(self) -> int:
+        jitter = self.config.segment_jitter_ms
+        if jitter == 0:
+            return 0
+        return random.randrange(min(jitter, self.config.max_segment_ms))
+
+    def roll_if_due(self) -> bool:
+        """Roll when the active segment is non-empty and older than ``segment.ms``.
+
+        Kafka rolls on time only when a new append arrives; the daemon calls this on
+        a schedule so that a quiet partition's segment still seals on time.
+        """
+        with self._lock:
+            self._check_writable()
+            now = self.clock.milliseconds()
+            active = self.active_segment
+            if active.size > 0 and active.time_waited_for_roll(now, now) > (
+                self.config.max_segment_ms - active.rolling_jitter_ms
+            ):
+                self.roll()
+                return True
+            return False
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _check_offset(self, offset: int) -> None:
+        if offset < self.log_start_offset or offset > self._next_offset:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, self._next_offset)
+
+    def batches(self, start_offset: int, *, check_crc: bool = True) -> Iterator[RecordBatch]:
+        """Batches from the one holding ``start_offset`` to the log end, validated.
+
+        The first batch may start before ``start_offset``; callers filter records.
+        Segments deleted by retention during the iteration are read to their end
+        (their descriptors stay open); later segments are picked up as they appear.
+
+        Cost: O(log n) to position (segment bisection, index lookup), then sequential.
+
+        Raises:
+            OffsetOutOfRangeError: ``start_offset`` outside [log start, log end].
+            CorruptRecordError: a batch fails its CRC (never served).
+        """
+        self._check_offset(start_offset)
+        offset = start_offset
+        while True:
+            segment = self.segments.floor_segment(offset)
+            if segment is None:
+                segment = self.segments.first_segment
+                if segment is None:
+                    return
+            found = segment.translate_offset(offset)
+            if found is not None:
+                for batch in segment.batches(found.position):
+                    if check_crc and not batch.is_valid():
+                        raise CorruptRecordError("CRC mismatch", segment.path, batch.position)
+                    yield batch
+                    offset = batch.next_offset
+            following = self.segments.higher_segment(segment.base_offset)
+            if following is None:
+                return
+            offset = max(offset, following.base_offset)
+
+    def records(self, start_offset: int, end_offset: int | None = None) -> Iterator[Record]:
+        """Records with ``start_offset <= offset < end_offset`` (to the log end by default).
+
+        Raises:
+            OffsetOutOfRangeError, CorruptRecordError: as ``batches``.
+        """
+        for batch in self.batches(start_offset):
+            if end_offset is not None and batch.base_offset >= end_offset:
+                return
+            records = batch.records()
+            if records and (
+                records[0].offset < start_offset
+                or (end_offset is not None and records[-1].offset >= end_offset)
+            ):
+                records = [
+                    r for r in records
+                    if r.offset >= start_offset and (end_offset is None or r.offset < end_offset)
+                ]  # fmt: skip
+            yield from records
+
+    def read(self, start_offset: int, max_records: int) -> list[Record]:
+        """Up to ``max_records`` records from ``start_offset``."""
+        out: list[Record] = []
+        for record in self.records(start_offset):
+            out.append(record)
+            if len(out) >= max_records:
+                break
+        return out
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is >= ``timestamp`` (Kafka's
+        ``ListOffsets`` by time), or None when every record is older.
+
+        Cost: O(segments) to find the segment by its max timestamp, then O(log n)
+        through its time and offset indexes and a short scan.
+        """
+        for segment in self.segments.values():
+            if segment.max_timestamp >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return max(found.offset, self.log_start_offset)
+        return None
+
+    # -- retention -------------------------------------------------------------------
+
+    def delete_old_segments(self) -> int:
+        """Apply retention; return the number of segments deleted.
+
+        Deletes, oldest first and never the active segment: segments wholly below the
+        log start offset; with ``cleanup.policy`` containing ``delete``, segments whose
+        newest record is older than ``retention.ms`` and the oldest segments while the
+        log exceeds ``retention.bytes``. The log start offset advances to the first
+        retained segment. Files are renamed ``.deleted`` and removed after
+        ``file.delete.delay.ms`` (``delete_expired_files``).
+        """
+        with self._lock:
+            self._check_writable()
+            deleted = self._delete_log_start_offset_breached()
+            if "delete" in self.config.cleanup_policy:
+                deleted += self._delete_retention_ms_breached()
+                deleted += self._delete_retention_size_breached()
+            self.delete_expired_files()
+            return deleted
+
+    def _delete_retention_ms_breached(self) -> int:
+        retention_ms = self.config.retention_ms
+        if retention_ms < 0:
+            return 0
+        now = self.clock.milliseconds()
+        return self._delete_while(lambda segment: now - segment.largest_timestamp() > retention_ms)
+
+    def _delete_retention_size_breached(self) -> int:
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes < 0:
+            return 0
+        excess = self.size - retention_bytes
+        if excess <= 0:
+            return 0
+
+        def over_size(segment: LogSegment) -> bool:
+            nonlocal excess
+            if excess - segment.size >= 0:
+                excess -= segment.size
+                return True
+            return False
+
+        return self._delete_while(over_size)
+
+    def _delete_log_start_offset_breached(self) -> int:
+        def below_start(segment: LogSegment) -> bool:
+            following = self.segments.higher_segment(segment.base_offset)
+            return following is not None and following.base_offset <= self.log_start_offset
+
+        return self._delete_while(below_start)
+
+    def _delete_while(self, predicate: Callable[[LogSegment], bool]) -> int:
+        deletable: list[LogSegment] = []
+        active = self.active_segment
+        for segment in self.segments.values():
+            if segment is active or not predicate(segment):
+                break
+            deletable.append(segment)
+        if deletable:
+            self._delete_segments(deletable)
+        return len(deletable)
+
+    def _delete_segments(self, segments: list[LogSegment]) -> None:
+        # The order is important: the segments leave the map and the log start offset
+        # moves first, so no new read starts in them; then the files are renamed
+        # .deleted (a crash from here on leaves files that recovery removes); the
+        # unlink waits file.delete.delay.ms for reads already under way.
+        for segment in segments:
+            self.segments.remove(segment.base_offset)
+        first = self.segments.first_segment
+        if first is not None:
+            self.log_start_offset = max(self.log_start_offset, first.base_offset)
+        due = self.clock.milliseconds() + self.config.file_delete_delay_ms
+        for segment in segments:
+            segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            self._pending_deletes.append((due, segment))
+        logger.info(
+            "%s: deleted %d segment(s); log start offset %d",
+            self.dir.name,
+            len(segments),
+            self.log_start_offset,
+        )
+
+    def delete_expired_files(self) -> int:
+        """Unlink ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
+        with self._lock:
+            now = self.clock.milliseconds()
+            keep: list[tuple[int, LogSegment]] = []
+            removed = 0
+            for due, segment in self._pending_deletes:
+                if due <= now:
+                    segment.delete_if_exists()
+                    removed += 1
+                else:
+                    keep.append((due, segment))
+            self._pending_deletes = keep
+            return removed
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """Move the log start offset forward (Kafka's ``DeleteRecords``); whole
+        segments below it go at the next ``delete_old_segments``.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is past the log end.
+        """
+        with self._lock:
+            self._check_writable()
+            if offset > self._next_offset:
+                raise OffsetOutOfRangeError(offset, self.log_start_offset, self._next_offset)
+            self.log_start_offset = max(self.log_start_offset, offset)
+
+    # -- truncation, flush, close ----------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at ``offset`` and after (batch granularity, as Kafka).
+
+        Raises:
+            ReadOnlyLogError: the log is read-only or closed.
+        """
+        with self._lock:
+            self._check_writable()
+            if offset >= self._next_offset:
+                return
+            if offset <= self.log_start_offset:
+                offset = self.log_start_offset
+            for segment in reversed(self.segments.values()):
+                if segment.base_offset > offset and len(self.segments) > 1:
+                    self.segments.remove(segment.base_offset)
+                    segment.delete_if_exists()
+            active = self.active_segment
+            active.truncate_to(offset)
+            active.offset_index.resize(self.config.segment_index_bytes)
+            active.time_index.resize(self.config.segment_index_bytes)
+            self._next_offset = active.read_next_offset()
+            self.recovery_point = min(self.recovery_point, self._next_offset)
+
+    def flush(self) -> None:
+        """fsync every segment holding offsets at or after the recovery point, then move
+        the recovery point to the log end (the caller checkpoints it)."""
+        with self._lock:
+            if not self.writable or self._closed:
+                return
+            end = self._next_offset
+            if end <= self.recovery_point:
+                return
+            for segment in self.segments.values(self.recovery_point):
+                segment.flush()
+            self.recovery_point = end
+
+    def refresh(self) -> None:
+        """For a read-only log another process writes: pick up new bytes and segments."""
+        from .log_loader import refresh_read_only_log
+
+        with self._lock:
+            refresh_read_only_log(self)
+
+    def close(self) -> None:
+        """Flush and close every segment (indexes trimmed); pending deletes complete."""
+        with self._lock:
+            if self._closed:
+                return
+            if self.writable:
+                self.flush()
+                for _due, segment in self._pending_deletes:
+                    segment.delete_if_exists()
+                self._pending_deletes.clear()
+            for segment in self.segments.values():
+                segment.close()
+            for path in self._scratch_dirs:
+                shutil.rmtree(path, ignore_errors=True)
+            self._closed = True
+
+    def _check(self) -> None:
+        """Assert every invariant (for tests)."""
+        self.segments._check()
+        assert self.log_start_offset <= self._next_offset
+        assert self.recovery_point <= self._next_offset
+        assert self.active_segment.read_next_offset() in (self._next_offset,) or (
+            self.active_segment.size == 0
+        )
+        for segment in self.segments.values():
+            segment.offset_index._check()
+            segment.time_index._check()
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.dir.name}, start={self.log_start_offset}, end={self._next_offset},"
+            f" segments={len(self.segments)})"
+        )
+
+
+def _set_log_append_time(raw: bytearray, now: int) -> None:
+    # The max timestamp and attributes are inside the CRC: patch both, re-checksum.
+    attributes = struct.unpack_from(">h", raw, ATTRIBUTES_OFFSET)[0] | TIMESTAMP_TYPE_MASK
+    struct.pack_into(">h", raw, ATTRIBUTES_OFFSET, attributes)
+    struct.pack_into(">q", raw, MAX_TIMESTAMP_OFFSET, now)
+    struct.pack_into(">I", raw, CRC_OFFSET, crc32c.crc32c(memoryview(raw)[ATTRIBUTES_OFFSET:]))

@@ -1,0 +1,346 @@
+"""The partition log: append, read, index placement, roll, retention, reopen."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from storage import (
+    CompressionType,
+    Log,
+    LogConfig,
+    OffsetOutOfRangeError,
+    ReadOnlyLogError,
+    RecordTooLargeError,
+    TimestampType,
+)
+from storage.errors import CorruptRecordError
+from tests.conftest import ManualClock
+
+
+def open_log(directory: Path, clock: ManualClock, **config: object) -> Log:
+    return Log.open(directory / "t-0", LogConfig(**config), clock=clock)  # type: ignore[arg-type]
+
+
+def values(n: int, start: int = 0, size: int = 10) -> list[bytes]:
+    return [str(start + i).encode().rjust(size, b".") for i in range(n)]
+
+
+def test_append_assigns_offsets_and_reads_back(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock)
+    first = log.append(values(3))
+    second = log.append([b"x", None], keys=[b"k", None])
+    assert (first.first_offset, first.last_offset) == (0, 2)
+    assert (second.first_offset, second.last_offset) == (3, 4)
+    assert log.log_end_offset == 5
+    got = [(r.offset, r.key, r.value) for r in log.records(0)]
+    assert got == [(i, None, v) for i, v in enumerate(values(3))] + [
+        (3, b"k", b"x"),
+        (4, None, None),
+    ]
+    assert [r.offset for r in log.records(2, 4)] == [2, 3]
+    assert log.read(1, 2)[0].offset == 1
+    assert all(r.timestamp == clock.now_ms for r in log.records(0))
+    log._check()
+    log.close()
+
+
+def test_read_from_every_offset_across_segments(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, segment_bytes=600, index_interval_bytes=100)
+    for i in range(60):
+        log.append(values(3, 3 * i))
+    assert log.number_of_segments > 5
+    every = values(180)
+    for offset in range(0, 181, 7):
+        assert [r.value for r in log.records(offset)] == every[offset:]
+    log._check()
+    log.close()
+
+
+def test_out_of_range_offsets_raise_with_context(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock)
+    log.append(values(5))
+    assert list(log.records(5)) == []
+    with pytest.raises(OffsetOutOfRangeError) as info:
+        list(log.records(6))
+    assert (info.value.offset, info.value.log_start_offset, info.value.log_end_offset) == (6, 0, 5)
+    with pytest.raises(OffsetOutOfRangeError):
+        list(log.records(-1))
+    log.close()
+
+
+def test_index_entry_every_interval_as_kafka(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, index_interval_bytes=4096)
+    sizes = []
+    for i in range(40):
+        sizes.append(log.append(values(10, 10 * i, size=100)).size)
+    index = log.active_segment.offset_index
+    # Replay Kafka's rule: an entry when more than 4096 bytes were appended since the
+    # last one, checked before the batch is counted, keyed by its last offset.
+    expected, since, position = [], 0, 0
+    for i, size in enumerate(sizes):
+        if since > 4096:
+            expected.append((10 * i + 9, position))
+            since = 0
+        since += size
+        position += size
+    assert [index.entry(n) for n in range(index.entries)] == expected
+    log.close()
+
+
+def test_roll_on_segment_bytes(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, segment_bytes=1000)
+    for i in range(20):
+        log.append(values(5, 5 * i))
+    segments = log.segments.values()
+    assert len(segments) > 1
+    assert all(s.size <= 1000 for s in segments)
+    names = sorted(p.name for p in (log_dir / "t-0").iterdir() if p.suffix == ".log")
+    assert names == [f"{s.base_offset:020d}.log" for s in segments]
+    # Sealed segments have trimmed indexes; the active one is preallocated.
+    for sealed in segments[:-1]:
+        assert os.path.getsize(sealed.offset_index.path) == sealed.offset_index.entries * 8
+    assert os.path.getsize(segments[-1].offset_index.path) == 10 * 1024 * 1024
+    log.close()
+
+
+def test_roll_on_segment_ms_uses_record_timestamps(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, segment_ms=1000)
+    log.append([b"a"])
+    clock.advance(999)
+    log.append([b"b"])
+    assert log.number_of_segments == 1
+    clock.advance(2)
+    info = log.append([b"c"])
+    assert log.number_of_segments == 2
+    assert info.segment_base_offset == 2
+    log.close()
+
+
+def test_roll_if_due_rolls_quiet_segment(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, segment_ms=1000)
+    assert not log.roll_if_due()  # empty: never rolled
+    log.append([b"a"])
+    clock.advance(500)
+    assert not log.roll_if_due()
+    clock.advance(501)
+    assert log.roll_if_due()
+    assert log.active_segment.base_offset == 1
+    assert not log.roll_if_due()
+    log.close()
+
+
+def test_roll_with_jitter_is_earlier(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, segment_ms=10_000, segment_jitter_ms=5_000)
+    log.append([b"a"])
+    log.roll()
+    jitter = log.active_segment.rolling_jitter_ms
+    assert 0 <= jitter < 5_000
+    log.append([b"b"])
+    clock.advance(10_000 - jitter + 1)
+    assert log.roll_if_due()
+    log.close()
+
+
+def test_roll_when_index_full(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, segment_index_bytes=24, index_interval_bytes=0)
+    for i in range(10):
+        log.append(values(2, 2 * i))
+    for segment in log.segments.values():
+        assert segment.offset_index.entries <= 3
+    assert log.number_of_segments >= 3
+    assert [r.value for r in log.records(0)] == values(20)
+    log.close()
+
+
+def test_roll_on_relative_offset_overflow(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock)
+    log.append([b"a"])
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, batch_size=1 << 20)
+    builder.append(0, timestamp=clock.now_ms, key=None, value=b"far", headers=[])
+    far = bytearray(builder.build())
+    far[0:8] = (2**31 + 5).to_bytes(8, "big")
+    log.append_batches(bytes(far), assign_offsets=False)
+    assert log.number_of_segments == 2
+    assert log.active_segment.base_offset == 1
+    assert log.log_end_offset == 2**31 + 6
+    log.close()
+
+
+def test_retention_by_time_never_deletes_active(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, segment_bytes=500, retention_ms=10_000, file_delete_delay_ms=0)
+    for i in range(10):
+        log.append(values(5, 5 * i))
+    count = log.number_of_segments
+    assert count > 2
+    clock.advance(10_001)
+    assert log.delete_old_segments() == count - 1
+    assert log.number_of_segments == 1
+    assert log.log_start_offset == log.active_segment.base_offset
+    with pytest.raises(OffsetOutOfRangeError):
+        list(log.records(0))
+    assert [r.value for r in log.records(log.log_start_offset)] == values(50)[
+        log.log_start_offset :
+    ]
+    assert not [p for p in (log_dir / "t-0").iterdir() if p.name.endswith(".deleted")]
+    log._check()
+    log.close()
+
+
+def test_retention_by_size_deletes_oldest_first(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, segment_bytes=500, retention_bytes=1200, file_delete_delay_ms=0)
+    for i in range(20):
+        log.append(values(5, 5 * i))
+    assert log.delete_old_segments() > 0
+    remaining = log.segments.values()
+    # Kafka's rule: delete while the log stays at or above the limit without the segment.
+    assert log.size >= 1200
+    assert log.size - remaining[0].size < 1200
+    assert log.log_start_offset == remaining[0].base_offset
+    log.close()
+
+
+def test_deleted_files_wait_for_delay(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, segment_bytes=500, retention_ms=1000, file_delete_delay_ms=5000)
+    for i in range(5):
+        log.append(values(5, 5 * i))
+    clock.advance(1001)
+    deleted = log.delete_old_segments()
+    assert deleted > 0
+    pending = [p for p in (log_dir / "t-0").iterdir() if p.name.endswith(".deleted")]
+    assert len(pending) == 3 * deleted
+    clock.advance(4999)
+    assert log.delete_expired_files() == 0
+    clock.advance(1)
+    assert log.delete_expired_files() == deleted
+    assert not [p for p in (log_dir / "t-0").iterdir() if p.name.endswith(".deleted")]
+    log.close()
+
+
+def test_reader_in_deleted_segment_finishes_it_then_resets_to_earliest(
+    log_dir: Path, clock: ManualClock
+) -> None:
+    log = open_log(log_dir, clock, segment_bytes=500, retention_ms=1000, file_delete_delay_ms=5000)
+    for i in range(10):
+        log.append(values(5, 5 * i))
+    first_segment_end = log.segments.values()[1].base_offset
+    reader = log.records(0)
+    assert next(reader).offset == 0
+    clock.advance(1001)
+    log.delete_old_segments()
+    start = log.log_start_offset
+    assert start > first_segment_end
+    # The open segment is read to its end, then reading continues at the oldest
+    # retained record, as a consumer with auto.offset.reset=earliest would.
+    expected = list(range(1, first_segment_end)) + list(range(start, 50))
+    assert [r.offset for r in reader] == expected
+    log.close()
+
+
+def test_offset_for_timestamp(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, segment_bytes=400, index_interval_bytes=50)
+    for i in range(30):
+        log.append([f"r{i}".encode()], timestamps=[1000 * i])
+    assert log.offset_for_timestamp(0) == 0
+    assert log.offset_for_timestamp(4500) == 5
+    assert log.offset_for_timestamp(5000) == 5
+    assert log.offset_for_timestamp(29_000) == 29
+    assert log.offset_for_timestamp(29_001) is None
+    log.close()
+
+
+def test_oversized_record_is_refused_and_batches_split(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, max_message_bytes=1000)
+    with pytest.raises(RecordTooLargeError):
+        log.append([b"x" * 2000])
+    assert log.log_end_offset == 0
+    assert log.active_segment.size == 0
+    info = log.append([b"y" * 300 for _ in range(10)])
+    assert info.record_count == 10
+    assert [r.value for r in log.records(0)] == [b"y" * 300] * 10
+    assert all(b.size <= 1000 for b in log.batches(0))
+    log.close()
+
+
+def test_log_append_time_overrides_timestamps(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, message_timestamp_type="LogAppendTime")
+    log.append([b"a"], timestamps=[5])
+    record = next(log.records(0))
+    assert record.timestamp == clock.now_ms
+    assert record.timestamp_type is TimestampType.LOG_APPEND_TIME
+    log.close()
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compression_type_config(log_dir: Path, clock: ManualClock, codec: str) -> None:
+    log = open_log(log_dir, clock, compression_type=codec)
+    log.append(values(100))
+    batch = next(log.batches(0))
+    assert batch.codec is CompressionType[codec.upper()]
+    assert [r.value for r in log.records(0)] == values(100)
+    log.close()
+
+
+def test_truncate_to(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, segment_bytes=500)
+    for i in range(20):
+        log.append([str(i).encode()])
+    log.truncate_to(7)
+    assert log.log_end_offset == 7
+    assert [r.value for r in log.records(0)] == [str(i).encode() for i in range(7)]
+    log.append([b"new"])
+    assert [r.value for r in log.records(6)] == [b"6", b"new"]
+    log._check()
+    log.close()
+
+
+def test_reopen_after_close_keeps_everything(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock, segment_bytes=800)
+    for i in range(30):
+        log.append(values(3, 3 * i))
+    end, segments = log.log_end_offset, log.segments.base_offsets()
+    log.close()
+    again = open_log(log_dir, clock, segment_bytes=800)
+    assert again.log_end_offset == end
+    assert again.segments.base_offsets() == segments
+    assert [r.value for r in again.records(0)] == values(90)
+    again.append([b"more"])
+    assert again.log_end_offset == end + 1
+    again._check()
+    again.close()
+
+
+def test_closed_or_read_only_log_refuses_writes(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock)
+    log.append([b"a"])
+    log.close()
+    with pytest.raises(ReadOnlyLogError):
+        log.append([b"b"])
+    reader = Log.open(log_dir / "t-0", LogConfig(), clock=clock, writable=False)
+    with pytest.raises(ReadOnlyLogError):
+        reader.append([b"b"])
+    assert [r.value for r in reader.records(0)] == [b"a"]
+    reader.close()
+
+
+def test_append_batches_checks_crc(log_dir: Path, clock: ManualClock) -> None:
+    log = open_log(log_dir, clock)
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, batch_size=1 << 20)
+    for i in range(3):
+        builder.append(i, timestamp=1, key=None, value=b"v%d" % i, headers=[])
+    good = bytes(builder.build())
+    log.append([b"first"])
+    info = log.append_batches(good)
+    assert (info.first_offset, info.last_offset) == (1, 3)
+    bad = bytearray(good)
+    bad[-1] ^= 1
+    with pytest.raises(CorruptRecordError):
+        log.append_batches(bytes(bad))
+    with pytest.raises(CorruptRecordError):
+        log.append_batches(good[:-3])
+    assert log.log_end_offset == 4
+    assert [r.value for r in log.records(0)] == [b"first", b"v0", b"v1", b"v2"]
+    log.close()

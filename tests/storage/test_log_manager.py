@@ -1,0 +1,234 @@
+"""The log directory: topics, config, checkpoints, clean shutdown, the writer lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from storage import (
+    BrokerConfig,
+    ConfigError,
+    InvalidTopicError,
+    LogConfig,
+    LogDirLockedError,
+    LogManager,
+    ReadOnlyLogError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from storage.checkpoint import read_offset_checkpoint
+from tests.conftest import ManualClock
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_create_list_describe_delete(log_dir: Path, clock: ManualClock) -> None:
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("orders", 3, {"retention.ms": "1000"})
+        manager.create_topic("raw.events", format="raw")
+        assert manager.topics() == ["orders", "raw.events"]
+        assert sorted(p.name for p in log_dir.iterdir() if p.is_dir()) == [
+            "orders-0", "orders-1", "orders-2", "raw.events-0",
+        ]  # fmt: skip
+        manager.log("orders", 1).append([b"a", b"b"])
+        description = manager.describe_topic("orders")
+        assert description.config.retention_ms == 1000
+        assert description.metadata.partitions == 3
+        p1 = description.partitions[1]
+        assert (p1.log_end_offset, p1.segment_count, p1.first_timestamp) == (2, 1, clock.now_ms)
+        assert manager.topic("raw.events").format == "raw"
+        manager.delete_topic("orders")
+        assert manager.topics() == ["raw.events"]
+        assert not [p for p in log_dir.iterdir() if p.name.startswith("orders")]
+        with pytest.raises(UnknownTopicError):
+            manager.log("orders", 0)
+
+
+def test_topic_rules_and_errors(log_dir: Path, clock: ManualClock) -> None:
+    with LogManager.open(log_dir, clock=clock) as manager:
+        for bad in ["", ".", "..", "a/b", "x" * 250, "spaces here", "é"]:
+            with pytest.raises(InvalidTopicError):
+                manager.create_topic(bad)
+        manager.create_topic("x" * 249)
+        manager.create_topic("a.b")
+        with pytest.raises(TopicExistsError):
+            manager.create_topic("a.b")
+        with pytest.raises(InvalidTopicError, match="collides"):
+            manager.create_topic("a_b")
+        with pytest.raises(ConfigError) as info:
+            manager.create_topic("c", config={"retention.mss": "1"})
+        assert info.value.key == "retention.mss"
+        with pytest.raises(ConfigError):
+            manager.create_topic("c", config={"segment.bytes": "1"})
+        with pytest.raises(ConfigError):
+            manager.create_topic("c", 0)
+        assert "c" not in manager.topics()
+        with pytest.raises(UnknownTopicError, match=r"partition a\.b-5"):
+            manager.log("a.b", 5)
+
+
+def test_alter_config_applies_and_persists(log_dir: Path, clock: ManualClock) -> None:
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("t", 2)
+        config = manager.alter_topic_config("t", {"retention.bytes": "100", "segment.ms": "60000"})
+        assert config.retention_bytes == 100
+        assert manager.log("t", 1).config.segment_ms == 60000
+        with pytest.raises(ConfigError):
+            manager.alter_topic_config("t", {"retention.bytes": "lots"})
+        assert manager.log("t", 1).config.retention_bytes == 100
+        manager.alter_topic_config("t", delete_configs=["segment.ms"])
+    stored = json.loads((log_dir / "seglog-topics.json").read_text())
+    assert stored["topics"]["t"]["config"] == {"retention.bytes": "100"}
+    with LogManager.open(log_dir, clock=clock) as manager:
+        assert manager.topic_config("t").retention_bytes == 100
+        assert manager.topic_config("t").segment_ms == LogConfig().segment_ms
+
+
+def test_broker_defaults_apply_to_topics(log_dir: Path, clock: ManualClock) -> None:
+    broker = BrokerConfig.from_properties(
+        {"log.dirs": str(log_dir), "num.partitions": "4", "log.retention.hours": "1"}
+    )
+    with LogManager.open(log_dir, broker, clock=clock) as manager:
+        manager.create_topic("t")
+        assert manager.topic("t").partitions == 4
+        assert manager.topic_config("t").retention_ms == 3_600_000
+
+
+def test_clean_shutdown_marker_and_checkpoints(log_dir: Path, clock: ManualClock) -> None:
+    manager = LogManager.open(log_dir, clock=clock)
+    assert not (log_dir / ".kafka_cleanshutdown").exists()
+    manager.create_topic("t", 2)
+    manager.log("t", 0).append([b"x"] * 5)
+    manager.close()
+    assert (log_dir / ".kafka_cleanshutdown").exists()
+    assert read_offset_checkpoint(log_dir / "recovery-point-offset-checkpoint") == {
+        ("t", 0): 5, ("t", 1): 0,
+    }  # fmt: skip
+    assert read_offset_checkpoint(log_dir / "log-start-offset-checkpoint") == {
+        ("t", 0): 0, ("t", 1): 0,
+    }  # fmt: skip
+    manager = LogManager.open(log_dir, clock=clock)
+    assert not (log_dir / ".kafka_cleanshutdown").exists()
+    assert manager.log("t", 0).log_end_offset == 5
+    manager.close()
+
+
+def test_retention_checkpoints_log_start(log_dir: Path, clock: ManualClock) -> None:
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic(
+            "t", 1, {"segment.bytes": "300", "retention.ms": "100", "file.delete.delay.ms": "0"}
+        )
+        log = manager.log("t", 0)
+        for i in range(20):
+            log.append([b"%03d" % i * 10])
+        clock.advance(101)
+        assert manager.run_retention() > 0
+        start = log.log_start_offset
+        assert start > 0
+        assert read_offset_checkpoint(log_dir / "log-start-offset-checkpoint")[("t", 0)] == start
+    with LogManager.open(log_dir, clock=clock) as manager:
+        assert manager.log("t", 0).log_start_offset == start
+
+
+def test_second_writer_is_locked_out(log_dir: Path, clock: ManualClock) -> None:
+    with LogManager.open(log_dir, clock=clock):
+        with pytest.raises(LogDirLockedError):
+            LogManager.open(log_dir, clock=clock)
+        code = (
+            "import sys; from storage import LogManager, LogDirLockedError\n"
+            "try:\n    LogManager.open(sys.argv[1])\nexcept LogDirLockedError:\n    sys.exit(3)\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code, str(log_dir)], cwd=ROOT, check=False, timeout=60
+        )
+        assert result.returncode == 3
+        reader = LogManager.open(log_dir, read_only=True)
+        reader.close()
+    LogManager.open(log_dir, clock=clock).close()
+
+
+def test_read_only_manager_refuses_changes(log_dir: Path, clock: ManualClock) -> None:
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("t")
+    before = sorted(os.listdir(log_dir))
+    with LogManager.open(log_dir, read_only=True) as reader:
+        for call in (
+            lambda: reader.create_topic("u"),
+            lambda: reader.delete_topic("t"),
+            lambda: reader.alter_topic_config("t", {"retention.ms": "1"}),
+            lambda: reader.log("t", 0).append([b"x"]),
+        ):
+            with pytest.raises(ReadOnlyLogError):
+                call()
+    assert sorted(os.listdir(log_dir)) == before
+
+
+def test_reader_process_follows_writer(log_dir: Path, clock: ManualClock) -> None:
+    """A reader in another process reads while this one writes, rolls and deletes."""
+    reader_code = r"""
+import sys, time
+from storage import LogManager
+manager = LogManager.open(sys.argv[1], read_only=True)
+want = int(sys.argv[2])
+seen = []
+deadline = time.monotonic() + 60
+while len(seen) < want and time.monotonic() < deadline:
+    manager.refresh()
+    log = manager.log("t", 0)
+    start = max(log.log_start_offset, seen[-1] + 1 if seen else 0)
+    for record in log.records(start):
+        seen.append(record.offset)
+        assert record.value == b"value-%d" % record.offset, record
+    time.sleep(0.01)
+assert seen == sorted(seen), "offsets out of order"
+print(len(seen), seen[-1])
+"""
+    total = 3000
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("t", 1, {"segment.bytes": "4000"})
+        log = manager.log("t", 0)
+        reader = subprocess.Popen(
+            [sys.executable, "-c", reader_code, str(log_dir), str(total)],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for i in range(0, total, 10):
+            log.append([b"value-%d" % (i + j) for j in range(10)])
+        out, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0, err
+    count, last = map(int, out.split())
+    assert count == total
+    assert last == total - 1
+
+
+def test_kafka_broker_directory_is_tolerated(log_dir: Path, clock: ManualClock) -> None:
+    """Files a Kafka broker leaves beside its logs do not disturb opening."""
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("orders", 2)
+        manager.log("orders", 0).append([b"a"])
+    (log_dir / "seglog-topics.json").unlink()
+    (log_dir / "meta.properties").write_text("version=1\nnode.id=1\n")
+    (log_dir / "replication-offset-checkpoint").write_text("0\n0\n")
+    (log_dir / "orders-0" / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")
+    (log_dir / "orders-0" / "partition.metadata").write_text("version: 0\ntopic_id: x\n")
+    (log_dir / "orders-0" / "00000000000000000001.snapshot").write_bytes(b"\0" * 20)
+    for name in (
+        "__consumer_offsets-0",
+        "__cluster_metadata-0",
+        "orders-1.0123456789abcdef0123456789abcdef-delete",
+    ):
+        (log_dir / name).mkdir()
+    (log_dir / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint").write_bytes(
+        b"x"
+    )
+    with LogManager.open(log_dir, read_only=True) as reader:
+        assert reader.topics() == ["__consumer_offsets", "orders"]
+        assert [r.value for r in reader.log("orders", 0).records(0)] == [b"a"]
+    with LogManager.open(log_dir, clock=clock) as manager:
+        assert manager.topics() == ["__consumer_offsets", "orders"]
+        assert not (log_dir / "orders-1.0123456789abcdef0123456789abcdef-delete").exists()
+        assert (log_dir / "orders-0" / "leader-epoch-checkpoint").exists()
