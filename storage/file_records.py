@@ -21,8 +21,10 @@ from typing import NamedTuple
 from .errors import CorruptRecordError
 from .record_batch import HEADER_SIZE_UP_TO_MAGIC, RecordBatch, batch_size_at, read_batch
 
+FIRST_READ_BYTES = 16 << 10
+"""A batch scan's first ``pread``: a lookup scans about ``index.interval.bytes``."""
 READ_CHUNK_BYTES = 1 << 20
-"""How much a batch scan reads per ``pread``: large enough to amortise the call."""
+"""The largest ``pread`` of a scan: sequential reads double up to it to amortise calls."""
 
 
 class OffsetPosition(NamedTuple):
@@ -117,15 +119,18 @@ class FileRecords:
         Stops silently at a partial batch at the tail (a writer mid-append, or a torn
         write before recovery). CRCs are not checked here.
 
-        Cost: one ``pread`` per ``READ_CHUNK_BYTES`` (or per batch when batches are larger).
+        Cost: one ``pread`` per chunk, chunks doubling from ``FIRST_READ_BYTES`` to
+        ``READ_CHUNK_BYTES`` (or one per batch when batches are larger).
 
         Raises:
             CorruptRecordError: a batch header with an impossible size or magic.
         """
         limit = self.size if end is None else min(end, self.size)
         position = start
+        chunk_size = FIRST_READ_BYTES
         while limit - position >= HEADER_SIZE_UP_TO_MAGIC:
-            chunk = os.pread(self._fd, min(READ_CHUNK_BYTES, limit - position), position)
+            chunk = os.pread(self._fd, min(chunk_size, limit - position), position)
+            chunk_size = min(chunk_size * 2, READ_CHUNK_BYTES)
             if len(chunk) < HEADER_SIZE_UP_TO_MAGIC:
                 return  # the file shrank under us (truncated by the writer)
             offset_in_chunk = 0

@@ -53,6 +53,7 @@ from .record_batch import (
     RecordBatch,
     iter_batches,
 )
+from .record_columns import RecordColumns
 from .segment import AppendedBatch, LogSegment
 
 logger = logging.getLogger(__name__)
@@ -362,6 +363,7 @@ class Log:
     def roll(self) -> LogSegment:
         """Seal the active segment and start a new one at the log end offset.
 
+        The sealed segment is fsynced and the recovery point moves to the new segment.
         A roll of an empty active segment is a no-op (Kafka would recreate it).
 
         Raises:
@@ -374,6 +376,12 @@ class Log:
             if active.base_offset == new_offset:
                 return active
             active.on_becoming_inactive()
+            # Kafka flushes the sealed segment (asynchronously) and moves the recovery
+            # point past it. Doing it here, before the new segment exists, keeps the
+            # crash guarantee simple: only the active segment can lose unflushed data,
+            # so recovery always leaves a prefix of what was appended.
+            active.flush()
+            self.recovery_point = max(self.recovery_point, new_offset)
             segment = LogSegment.open(
                 self.dir,
                 new_offset,
@@ -448,8 +456,11 @@ class Log:
                 return
             offset = max(offset, following.base_offset)
 
-    def records(self, start_offset: int, end_offset: int | None = None) -> Iterator[Record]:
-        """Records with ``start_offset <= offset < end_offset`` (to the log end by default).
+    def record_columns(
+        self, start_offset: int, end_offset: int | None = None
+    ) -> Iterator[RecordColumns]:
+        """The records with ``start_offset <= offset < end_offset``, a batch of columns
+        at a time: the bulk read path (rendering, Arrow), with no object per record.
 
         Raises:
             OffsetOutOfRangeError, CorruptRecordError: as ``batches``.
@@ -457,16 +468,22 @@ class Log:
         for batch in self.batches(start_offset):
             if end_offset is not None and batch.base_offset >= end_offset:
                 return
-            records = batch.records()
-            if records and (
-                records[0].offset < start_offset
-                or (end_offset is not None and records[-1].offset >= end_offset)
+            columns = batch.columns()
+            if batch.base_offset < start_offset or (
+                end_offset is not None and batch.last_offset >= end_offset
             ):
-                records = [
-                    r for r in records
-                    if r.offset >= start_offset and (end_offset is None or r.offset < end_offset)
-                ]  # fmt: skip
-            yield from records
+                columns = columns.slice(start_offset, end_offset)
+            if len(columns):
+                yield columns
+
+    def records(self, start_offset: int, end_offset: int | None = None) -> Iterator[Record]:
+        """Records with ``start_offset <= offset < end_offset`` (to the log end by default).
+
+        Raises:
+            OffsetOutOfRangeError, CorruptRecordError: as ``batches``.
+        """
+        for columns in self.record_columns(start_offset, end_offset):
+            yield from columns
 
     def read(self, start_offset: int, max_records: int) -> list[Record]:
         """Up to ``max_records`` records from ``start_offset``."""

@@ -25,8 +25,8 @@ import crc32c
 from . import legacy_record
 from .compression import decompress
 from .errors import CorruptRecordError
-from .record import CompressionType, Header, Record, TimestampType
-from .varint import decode_varint
+from .record import CompressionType, Record, TimestampType
+from .record_columns import RecordColumns, columns_from_records, decode_record_columns
 
 LOG_OVERHEAD = 12
 """Bytes before the size-counted part of any batch: baseOffset + length."""
@@ -54,8 +54,6 @@ TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_FLAG_MASK = 0x10
 CONTROL_FLAG_MASK = 0x20
 DELETE_HORIZON_FLAG_MASK = 0x40
-
-_new_record = tuple.__new__  # Record(...) minus the generated __new__'s default handling
 
 
 class RecordBatch(Protocol):
@@ -87,6 +85,7 @@ class RecordBatch(Protocol):
     def is_valid(self) -> bool: ...
     def checksum(self) -> int: ...
     def records(self) -> list[Record]: ...
+    def columns(self) -> RecordColumns: ...
     def to_bytes(self) -> bytes: ...
 
 
@@ -214,8 +213,8 @@ class DefaultRecordBatch:
             return self._buffer
         return self._buffer[self._start : self._start + self.size]
 
-    def records(self) -> list[Record]:
-        """Decode every record of the batch (decompressing if needed).
+    def columns(self) -> RecordColumns:
+        """Decode every record of the batch (decompressing if needed) into columns.
 
         Raises:
             CorruptRecordError: the records do not parse, their count disagrees with
@@ -236,7 +235,7 @@ class DefaultRecordBatch:
         ts_type = self.timestamp_type
         append_time = self.max_timestamp if ts_type is TimestampType.LOG_APPEND_TIME else None
         try:
-            return _decode_records(
+            return decode_record_columns(
                 data, pos, end, self.records_count, self.base_offset, self.base_timestamp,
                 ts_type, append_time,
             )  # fmt: skip
@@ -247,6 +246,10 @@ class DefaultRecordBatch:
         except CorruptRecordError as exc:
             raise CorruptRecordError(exc.reason, position=self.position) from None
 
+    def records(self) -> list[Record]:
+        """Decode every record of the batch. Raises as ``columns()``."""
+        return self.columns().records()
+
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
 
@@ -255,112 +258,6 @@ class DefaultRecordBatch:
             f"DefaultRecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset},"
             f" count={self.records_count}, position={self.position}, size={self.size})"
         )
-
-
-def _decode_records(
-    data: bytes,
-    pos: int,
-    end: int,
-    count: int,
-    base_offset: int,
-    base_timestamp: int,
-    ts_type: TimestampType,
-    append_time: int | None,
-) -> list[Record]:
-    # The hot loop of every read. Varints under 0x80 (one byte) are decoded inline:
-    # for typical records every field but the value length takes that path, and a
-    # function call per field would double the cost.
-    out: list[Record] = []
-    append = out.append
-    new = _new_record
-    if count < 0:
-        raise CorruptRecordError(f"negative record count {count}")
-    for _ in range(count):
-        if pos >= end:
-            raise CorruptRecordError("fewer records than recordsCount")
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            length, pos = decode_varint(data, pos, 5)
-        record_end = pos + length
-        if length < 6 or record_end > end:
-            raise CorruptRecordError(f"record length {length} out of bounds")
-        pos += 1  # attributes: unused by v2
-        b = data[pos]
-        if b < 0x80:
-            ts_delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            ts_delta, pos = decode_varint(data, pos, 10)
-        b = data[pos]
-        if b < 0x80:
-            offset_delta = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            offset_delta, pos = decode_varint(data, pos, 5)
-        b = data[pos]
-        if b == 1:  # -1: null key, the common case
-            key = None
-            pos += 1
-        else:
-            if b < 0x80:
-                key_len = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                key_len, pos = decode_varint(data, pos, 5)
-            if key_len < 0:
-                raise CorruptRecordError(f"invalid key length {key_len}")
-            key = data[pos : pos + key_len]
-            pos += key_len
-        b = data[pos]
-        if b < 0x80:
-            value_len = (b >> 1) ^ -(b & 1)
-            pos += 1
-        else:
-            value_len, pos = decode_varint(data, pos, 5)
-        if value_len < 0:
-            if value_len != -1:
-                raise CorruptRecordError(f"invalid value length {value_len}")
-            value = None
-        else:
-            value = data[pos : pos + value_len]
-            pos += value_len
-        if data[pos] == 0:
-            headers: tuple[Header, ...] = ()
-            pos += 1
-        else:
-            headers, pos = _decode_headers(data, pos)
-        if pos != record_end:
-            raise CorruptRecordError("record length disagrees with its fields")
-        timestamp = append_time if append_time is not None else base_timestamp + ts_delta
-        append(new(Record, (base_offset + offset_delta, timestamp, key, value, headers, ts_type)))
-    if pos != end:
-        raise CorruptRecordError(f"{end - pos} bytes after the last of {count} records")
-    return out
-
-
-def _decode_headers(data: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
-    count, pos = decode_varint(data, pos, 5)
-    if count < 0:
-        raise CorruptRecordError(f"invalid header count {count}")
-    headers = []
-    for _ in range(count):
-        key_len, pos = decode_varint(data, pos, 5)
-        if key_len < 0:
-            raise CorruptRecordError("null header key")
-        key = data[pos : pos + key_len].decode("utf-8")
-        pos += key_len
-        value_len, pos = decode_varint(data, pos, 5)
-        value: bytes | None = None
-        if value_len >= 0:
-            value = data[pos : pos + value_len]
-            pos += value_len
-        elif value_len != -1:
-            raise CorruptRecordError(f"invalid header value length {value_len}")
-        headers.append((key, value))
-    return tuple(headers), pos
 
 
 class LegacyRecordBatch:
@@ -452,6 +349,10 @@ class LegacyRecordBatch:
             except CorruptRecordError as exc:
                 raise CorruptRecordError(exc.reason, position=self.position) from None
         return self._records
+
+    def columns(self) -> RecordColumns:
+        """The records as columns. Raises as ``records()``."""
+        return columns_from_records(self.records())
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())

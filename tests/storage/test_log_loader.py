@@ -125,9 +125,12 @@ def test_garbage_index_is_rebuilt(tmp_path: Path, clock: ManualClock, garbage: b
     for segment in again.segments.values()[:-1]:
         index = segment.offset_index
         entries = [index.entry(i) for i in range(index.entries)]
-        if garbage == b"" or len(garbage) % 8 or entries != expected[segment.base_offset]:
+        if garbage:
             # Rebuilt from the log: identical to what the appends produced.
             assert entries == expected[segment.base_offset]
+        else:
+            # An empty index is valid, merely sparse (Kafka keeps it too): lookups scan.
+            assert entries == []
     for offset in range(0, len(written), 5):
         assert next(again.records(offset)).value == written[offset]
     again._check()

@@ -1,0 +1,293 @@
+"""Records as columns, and the v2 record decoder that produces them.
+
+Bulk consumers want columns, not objects: rendering a partition file joins values,
+the Spark source builds Arrow arrays. Decoding straight into columns also skips the
+per-record object, the largest single cost of a pure-Python read path: columns that
+are constant across a batch (no keys, no headers, one timestamp, contiguous offsets:
+the common case) cost nothing per record. ``RecordColumns.records()`` turns columns
+into ``Record`` tuples for callers that want them.
+
+v2 record layout (varints are ZigZag LEB128)::
+
+    length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
+    | keyLength varint | key | valueLength varint | value | headerCount varint
+    | (headerKeyLength varint | headerKey | headerValueLength varint | headerValue)*
+
+Immutable once built; thread-safe.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from itertools import repeat
+
+from .errors import CorruptRecordError
+from .record import Header, Record, TimestampType
+
+_new_record = partial(tuple.__new__, Record)  # Record(...) without the Python-level __new__
+
+
+@dataclass(frozen=True, slots=True)
+class RecordColumns:
+    """The records of one batch (or a slice of it), column by column.
+
+    ``offsets`` is a ``range`` when the offsets are contiguous. All columns have the
+    same length, which is ``len()`` of the object.
+    """
+
+    offsets: Sequence[int]
+    timestamps: Sequence[int]
+    keys: Sequence[bytes | None]
+    values: Sequence[bytes | None]
+    headers: Sequence[tuple[Header, ...]]
+    timestamp_type: TimestampType
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def records(self) -> list[Record]:
+        """The records as ``Record`` tuples. Cost: one tuple per record."""
+        return list(self)
+
+    def __iter__(self) -> Iterator[Record]:
+        """Iterate ``Record`` tuples, made one at a time (no list of them all)."""
+        return map(
+            _new_record,
+            zip(
+                self.offsets,
+                self.timestamps,
+                self.keys,
+                self.values,
+                self.headers,
+                repeat(self.timestamp_type),
+                strict=False,
+            ),
+        )
+
+    def slice(self, start_offset: int, end_offset: int | None = None) -> RecordColumns:
+        """The records with ``start_offset <= offset < end_offset``. Cost: O(log n)."""
+        offsets = self.offsets
+        lo = bisect_left(offsets, start_offset)
+        hi = len(offsets) if end_offset is None else bisect_left(offsets, end_offset)
+        if lo == 0 and hi == len(offsets):
+            return self
+        return RecordColumns(
+            offsets[lo:hi],
+            self.timestamps[lo:hi],
+            self.keys[lo:hi],
+            self.values[lo:hi],
+            self.headers[lo:hi],
+            self.timestamp_type,
+        )
+
+
+def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    # The slow path: varints of three bytes or more (values of 8 KiB and up), unsigned.
+    shift = 0
+    u = 0
+    while shift < 70:
+        b = data[pos]
+        pos += 1
+        u |= (b & 0x7F) << shift
+        if b < 0x80:
+            return u, pos
+        shift += 7
+    raise CorruptRecordError("varint longer than 10 bytes")
+
+
+def decode_record_columns(
+    data: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    timestamp_type: TimestampType,
+    append_time: int | None,
+) -> RecordColumns:
+    """Decode ``count`` v2 records from ``data[pos:end]``.
+
+    ``append_time`` is the batch's max timestamp under LogAppendTime (every record
+    reports it), else None.
+
+    Cost: O(count + bytes); about 0.7 µs a record for typical records here.
+
+    Raises:
+        CorruptRecordError: a record does not parse, lengths disagree, the count is
+            wrong, or bytes are left over.
+        IndexError: the records run past ``data`` (callers convert it).
+    """
+    # The hot loop of every read. Varints of one and two bytes are decoded inline:
+    # every field of a typical record is one, and a call per field would double the
+    # cost. Columns that stay constant are only materialised once a record differs.
+    if count < 0:
+        raise CorruptRecordError(f"negative record count {count}")
+    values: list[bytes | None] = []
+    add_value = values.append
+    keys: list[bytes | None] | None = None
+    offset_deltas: list[int] | None = None
+    ts_deltas: list[int] | None = None
+    headers: list[tuple[Header, ...]] | None = None
+    for i in range(count):
+        if pos >= end:
+            raise CorruptRecordError(f"{count} records announced, {i} found")
+        # length
+        b = data[pos]
+        if b < 0x80:
+            u = b
+            pos += 1
+        else:
+            c = data[pos + 1]
+            if c < 0x80:
+                u = (b & 0x7F) | (c << 7)
+                pos += 2
+            else:
+                u, pos = _uvarint(data, pos)
+        if u & 1 or u < 12:  # negative, or shorter than the 6 one-byte fields
+            raise CorruptRecordError(f"invalid record length {(u >> 1) ^ -(u & 1)}")
+        record_end = pos + (u >> 1)
+        if record_end > end:
+            raise CorruptRecordError("record runs past its batch")
+        # attributes (unused), then timestampDelta
+        b = data[pos + 1]
+        if b == 0:
+            pos += 2
+            if ts_deltas is not None:
+                ts_deltas.append(0)
+        else:
+            u, pos = _uvarint(data, pos + 1)
+            if ts_deltas is None:
+                ts_deltas = [0] * i
+            ts_deltas.append((u >> 1) ^ -(u & 1))
+        # offsetDelta
+        b = data[pos]
+        if b < 0x80:
+            u = b
+            pos += 1
+        else:
+            c = data[pos + 1]
+            if c < 0x80:
+                u = (b & 0x7F) | (c << 7)
+                pos += 2
+            else:
+                u, pos = _uvarint(data, pos)
+        if offset_deltas is not None:
+            offset_deltas.append((u >> 1) ^ -(u & 1))
+        elif u != i << 1:  # the first gap (a compacted batch): materialise the column
+            offset_deltas = list(range(i))
+            offset_deltas.append((u >> 1) ^ -(u & 1))
+        # key
+        b = data[pos]
+        if b == 1:
+            pos += 1
+            if keys is not None:
+                keys.append(None)
+        else:
+            if keys is None:
+                keys = [None] * i
+            u, pos = _uvarint(data, pos)
+            if u & 1:
+                raise CorruptRecordError(f"invalid key length {(u >> 1) ^ -(u & 1)}")
+            n = u >> 1
+            keys.append(data[pos : pos + n])
+            pos += n
+        # value
+        b = data[pos]
+        if b < 0x80:
+            u = b
+            pos += 1
+        else:
+            c = data[pos + 1]
+            if c < 0x80:
+                u = (b & 0x7F) | (c << 7)
+                pos += 2
+            else:
+                u, pos = _uvarint(data, pos)
+        if u & 1:
+            if u != 1:
+                raise CorruptRecordError(f"invalid value length {(u >> 1) ^ -(u & 1)}")
+            add_value(None)
+        else:
+            n = u >> 1
+            add_value(data[pos : pos + n])
+            pos += n
+        # headers
+        if data[pos] == 0:
+            pos += 1
+            if headers is not None:
+                headers.append(())
+        else:
+            if headers is None:
+                headers = [()] * i
+            record_headers, pos = _decode_headers(data, pos)
+            headers.append(record_headers)
+        if pos != record_end:
+            raise CorruptRecordError("record length disagrees with its fields")
+    if pos != end:
+        raise CorruptRecordError(f"{end - pos} bytes after the last of {count} records")
+
+    offsets: Sequence[int]
+    if offset_deltas is None:
+        offsets = range(base_offset, base_offset + count)
+    else:
+        offsets = [base_offset + delta for delta in offset_deltas]
+    timestamps: Sequence[int]
+    if append_time is not None:
+        timestamps = [append_time] * count
+    elif ts_deltas is None:
+        timestamps = [base_timestamp] * count
+    else:
+        timestamps = [base_timestamp + delta for delta in ts_deltas]
+    return RecordColumns(
+        offsets,
+        timestamps,
+        keys if keys is not None else [None] * count,
+        values,
+        headers if headers is not None else [()] * count,
+        timestamp_type,
+    )
+
+
+def _decode_headers(data: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
+    count, pos = _signed(data, pos)
+    if count < 0:
+        raise CorruptRecordError(f"invalid header count {count}")
+    headers = []
+    for _ in range(count):
+        key_len, pos = _signed(data, pos)
+        if key_len < 0:
+            raise CorruptRecordError("null header key")
+        key = data[pos : pos + key_len].decode("utf-8")
+        pos += key_len
+        value_len, pos = _signed(data, pos)
+        value: bytes | None = None
+        if value_len >= 0:
+            value = data[pos : pos + value_len]
+            pos += value_len
+        elif value_len != -1:
+            raise CorruptRecordError(f"invalid header value length {value_len}")
+        headers.append((key, value))
+    return tuple(headers), pos
+
+
+def _signed(data: bytes, pos: int) -> tuple[int, int]:
+    u, pos = _uvarint(data, pos)
+    return (u >> 1) ^ -(u & 1), pos
+
+
+def columns_from_records(records: Sequence[Record]) -> RecordColumns:
+    """Columns of already-decoded records (legacy formats decode record by record)."""
+    offsets = [r.offset for r in records]
+    first = offsets[0] if offsets else 0
+    contiguous = offsets == list(range(first, first + len(offsets)))
+    return RecordColumns(
+        range(first, first + len(offsets)) if contiguous else offsets,
+        [r.timestamp for r in records],
+        [r.key for r in records],
+        [r.value for r in records],
+        [r.headers for r in records],
+        records[0].timestamp_type if records else TimestampType.CREATE_TIME,
+    )
