@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .atomic_file import write_atomically
-from .errors import StorageError
+from .errors import CorruptCheckpointError
 
 __all__ = ["CHECKPOINT_VERSION", "read_offset_checkpoint", "write_offset_checkpoint"]
 
@@ -66,7 +66,7 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     Runtime complexity: O(size of the file).
 
     Raises:
-        StorageError: the file is malformed: a version other than 0, a count or
+        CorruptCheckpointError: the file is malformed: a version other than 0, a count or
             entry that does not parse, or a count that does not match the
             entries. The message names the file and the line number.
         OSError: the file exists but cannot be read.
@@ -78,7 +78,7 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise StorageError(f"malformed checkpoint file {path}: not UTF-8 ({e})") from e
+        raise CorruptCheckpointError(path, 0, f"not UTF-8 ({e})") from e
 
     lines = _LINE_END.split(text)
     if lines[-1] == "":
@@ -87,11 +87,9 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
     if not lines:
         return {}
 
-    def malformed(line_number: int, why: str) -> StorageError:
+    def malformed(line_number: int, why: str) -> CorruptCheckpointError:
         line = lines[line_number - 1] if line_number <= len(lines) else ""
-        return StorageError(
-            f"malformed checkpoint file {path}, line {line_number}: {why}: {line!r}"
-        )
+        return CorruptCheckpointError(path, line_number, f"{why}: {line!r}")
 
     version = _parse_java_int(lines[0], _INT_RANGE)
     if version is None:
@@ -124,9 +122,7 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
 
     found = len(lines) - 2
     if found != expected:
-        raise StorageError(
-            f"malformed checkpoint file {path}: expected {expected} entries but found {found}"
-        )
+        raise CorruptCheckpointError(path, 0, f"expected {expected} entries but found {found}")
     return offsets
 
 

@@ -3,8 +3,10 @@
 ``StorageError`` is the root; callers that only need "the log said no" catch it.
 The branches draw these lines:
 
-- ``CorruptRecordError`` / ``CorruptIndexError``: bytes on disk are not what the
-  format promises. Records are never served past such a point; indexes are rebuilt.
+- ``CorruptRecordError`` / ``CorruptIndexError`` / ``CorruptCheckpointError``: bytes on
+  disk are not what the format promises. Records are never served past such a point;
+  indexes are rebuilt; a checkpoint is an operator's problem (Kafka refuses to start).
+- ``IndexFullError``, ``InvalidOffsetError``: a caller broke an index or log invariant.
 - ``OffsetOutOfRangeError``: a well-formed request for an offset the log does not
   hold (below the log start or past the log end), as Kafka's fetch reports it.
 - ``RecordTooLargeError``: a record (batch) over ``max.message.bytes``; nothing appended.
@@ -46,6 +48,29 @@ class CorruptIndexError(StorageError):
     def __init__(self, path: Path | str, message: str) -> None:
         super().__init__(f"corrupt index {path}: {message}")
         self.path = path
+
+
+class IndexFullError(StorageError, IndexError):
+    """An index append found no free slot: the index holds ``entries`` entries.
+
+    The log never meets it: it rolls the segment when an index ``is_full`` before
+    appending (Kafka raises ``IllegalArgumentException`` here).
+    """
+
+    def __init__(self, path: Path | str, entries: int) -> None:
+        super().__init__(f"attempt to append to a full index {path} ({entries} entries)")
+        self.path = path
+        self.entries = entries
+
+
+class CorruptCheckpointError(StorageError):
+    """A checkpoint file at ``path`` does not parse (``line`` is 1-based, 0 if unknown)."""
+
+    def __init__(self, path: Path | str, line: int, message: str) -> None:
+        where = f"{path}, line {line}" if line else f"{path}"
+        super().__init__(f"malformed checkpoint file {where}: {message}")
+        self.path = path
+        self.line = line
 
 
 class InvalidOffsetError(StorageError):

@@ -20,9 +20,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self
 
-from .errors import ConfigError, ReadOnlyLogError, StorageError
+from .errors import ConfigError, IndexFullError, ReadOnlyLogError
 
-__all__ = ["DEFAULT_MAX_INDEX_SIZE", "AbstractIndex", "IndexFullError"]
+__all__ = ["DEFAULT_MAX_INDEX_SIZE", "AbstractIndex"]
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
 """Kafka's ``segment.index.bytes`` default: 10 MiB."""
@@ -33,20 +33,6 @@ _INT32_MAX = 2**31 - 1
 # Kafka's warm section is the last 8 KiB of entries (two 4 KiB pages at most): in-sync
 # lookups land there, so only those pages stay hot in the page cache.
 _WARM_SECTION_BYTES = 8192
-
-
-class IndexFullError(StorageError, IndexError):
-    """An append found no free slot: the index holds ``max_entries`` entries.
-
-    The log avoids it by rolling the segment when ``is_full`` is true before it appends.
-    (Defined here because ``errors.py`` has no index-full error yet; Kafka raises
-    ``IllegalArgumentException``.)
-    """
-
-    def __init__(self, path: Path | str, entries: int) -> None:
-        super().__init__(f"attempt to append to a full index {path} ({entries} entries)")
-        self.path = path
-        self.entries = entries
 
 
 class AbstractIndex(abc.ABC):

@@ -207,7 +207,7 @@ def _open_segment(
     if rebuild:
         if not writable:
             _use_scratch_indexes(segment, config, scratch)
-        segment.recover(config.max_message_bytes)
+        segment.recover()
     return segment
 
 
@@ -224,7 +224,7 @@ def _recover_from(
             continue  # flushed before the crash: trusted, as Kafka trusts it
         if not writable:
             _use_scratch_indexes(segment, config, scratch)
-        truncated = segment.recover(config.max_message_bytes)
+        truncated = segment.recover()
         if truncated > 0:
             logger.warning(
                 "%s: truncated %d invalid bytes at the end of segment %d",

@@ -6,8 +6,8 @@ import itertools
 import struct
 from typing import ClassVar
 
-from .errors import CorruptIndexError, InvalidOffsetError
-from .index import AbstractIndex, IndexFullError
+from .errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from .index import AbstractIndex
 
 __all__ = ["OffsetIndex"]
 

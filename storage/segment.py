@@ -234,6 +234,8 @@ class LogSegment:
         Cost: O(log n) index lookup, then a scan of about ``index.interval.bytes``.
         """
         _indexed_offset, position = self.offset_index.lookup(offset)
+        if not 0 <= position <= self.size:
+            position = 0  # an implausible entry (indexes carry no checksum): scan instead
         return self.log.search_for_offset(offset, max(starting_position, position))
 
     def batches(self, start_position: int = 0) -> Iterator[RecordBatch]:
@@ -285,6 +287,8 @@ class LogSegment:
         if index.entries == 0:
             return True
         offset, position = index.entry(index.entries - 1)
+        if not 0 <= position < self.size:
+            return False
         try:
             found = self.log.search_for_offset(offset, position)
             if found is None or found.position != position or found.offset != offset:
@@ -297,12 +301,13 @@ class LogSegment:
             return False
         return True
 
-    def recover(self, max_message_bytes: int) -> int:
+    def recover(self) -> int:
         """Re-validate every batch, rebuild both indexes, cut the log after the last valid batch.
 
         Returns the number of bytes truncated. A batch is invalid when its header is
-        impossible, its CRC does not match, it exceeds ``max_message_bytes`` by more
-        than a batch header could explain, or its offsets go backwards.
+        impossible (size, magic), its CRC does not match, its offsets go backwards or
+        leave the segment's 32-bit relative range, or (legacy formats) it does not
+        decode. A partial batch at the end is cut as well.
         """
         self.offset_index.reset()
         self.time_index.reset()

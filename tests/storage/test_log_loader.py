@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 from pathlib import Path
 
@@ -110,7 +111,16 @@ def test_recovery_starts_at_recovery_point(tmp_path: Path, clock: ManualClock) -
     recovered.close()
 
 
-@pytest.mark.parametrize("garbage", [b"", b"\x01" * 13, os.urandom(800), b"\x00" * 8 + b"\x7f" * 8])
+GARBAGE = [
+    b"",
+    b"\x01" * 13,
+    b"\x00" * 8 + b"\x7f" * 8,
+    b"\x00\x00\x00\x05\xff\xff\xff\x00",  # a negative position
+    *(random.Random(seed).randbytes(800) for seed in range(5)),
+]
+
+
+@pytest.mark.parametrize("garbage", GARBAGE)
 def test_garbage_index_is_rebuilt(tmp_path: Path, clock: ManualClock, garbage: bytes) -> None:
     directory = tmp_path / "t-0"
     log, written = build(directory, clock)

@@ -22,11 +22,11 @@ from hypothesis.stateful import (
 from storage.errors import (
     ConfigError,
     CorruptIndexError,
+    IndexFullError,
     InvalidOffsetError,
     ReadOnlyLogError,
     StorageError,
 )
-from storage.index import IndexFullError
 from storage.offset_index import OffsetIndex
 
 BASE = 100

@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from storage.errors import CorruptIndexError, InvalidOffsetError, ReadOnlyLogError
-from storage.index import IndexFullError
+from storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError, ReadOnlyLogError
 from storage.time_index import NO_TIMESTAMP, TimeIndex
 
 BASE = 100
