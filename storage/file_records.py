@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .errors import CorruptRecordError
-from .record_batch import HEADER_SIZE_UP_TO_MAGIC, RecordBatch, batch_size_at, read_batch
+from .record_batch import (
+    HEADER_SIZE_UP_TO_MAGIC,
+    RecordBatch,
+    batch_size_at,
+    iter_batches,
+    read_batch,
+)
 
 FIRST_READ_BYTES = 16 << 10
 """A batch scan's first ``pread``: a lookup scans about ``index.interval.bytes``."""
@@ -131,31 +137,24 @@ class FileRecords:
         while limit - position >= HEADER_SIZE_UP_TO_MAGIC:
             chunk = os.pread(self._fd, min(chunk_size, limit - position), position)
             chunk_size = min(chunk_size * 2, READ_CHUNK_BYTES)
-            if len(chunk) < HEADER_SIZE_UP_TO_MAGIC:
-                return  # the file shrank under us (truncated by the writer)
-            offset_in_chunk = 0
-            n = len(chunk)
-            while n - offset_in_chunk >= HEADER_SIZE_UP_TO_MAGIC:
-                try:
-                    size, _magic = batch_size_at(chunk, offset_in_chunk)
-                except CorruptRecordError as exc:
-                    raise CorruptRecordError(
-                        exc.reason, self.path, position + offset_in_chunk
-                    ) from None
-                if offset_in_chunk + size > n:
-                    break
-                yield read_batch(chunk, offset_in_chunk, position + offset_in_chunk)
-                offset_in_chunk += size
-            if offset_in_chunk == 0:
-                # A batch larger than the chunk: read exactly it, or stop at a partial tail.
-                if position + size > limit:
-                    return
-                data = os.pread(self._fd, size, position)
-                if len(data) < size:
-                    return
-                yield read_batch(data, 0, position)
-                offset_in_chunk = size
-            position += offset_in_chunk
+            consumed = 0
+            try:
+                for batch in iter_batches(chunk, position):
+                    yield batch
+                    consumed = batch.position + batch.size - position
+                if consumed == 0 and len(chunk) >= HEADER_SIZE_UP_TO_MAGIC:
+                    # A batch larger than the chunk: read exactly it, unless it is a
+                    # partial tail.
+                    size, _magic = batch_size_at(chunk, 0)
+                    data = os.pread(self._fd, size, position) if position + size <= limit else b""
+                    if len(data) == size:
+                        yield read_batch(data, 0, position)
+                        consumed = size
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(exc.reason, self.path, exc.position) from None
+            if consumed == 0:
+                return  # a partial tail, or the file shrank under us
+            position += consumed
 
     def search_for_offset(self, target_offset: int, start: int = 0) -> OffsetPosition | None:
         """The first batch at or after ``start`` whose last offset is >= ``target_offset``.

@@ -222,15 +222,24 @@ class AbstractIndex(abc.ABC):
             CorruptIndexError: the file fails the check; rebuild it from the log.
         """
 
-    @abc.abstractmethod
     def truncate_to(self, offset: int) -> None:
-        """Remove every entry whose offset is >= ``offset``.
+        """Remove every entry whose offset is >= ``offset`` (zeroing their slots).
 
-        Truncating to an offset above every entry has no effect.
+        Truncating to an offset above every entry has no effect. Offsets never
+        decrease within an index, so this keeps the entries with offset
+        <= ``offset - 1``: Kafka's result, and exact even where a time index repeats
+        an offset.
 
         Raises:
             ReadOnlyLogError: the index is read-only.
+            ValueError: the index is closed.
+
+        Runtime complexity: O(log n + removed entries).
         """
+        self._require_writable()
+        relative = offset - 1 - self._base_offset
+        keep = self._largest_lower_bound_slot(relative, _INT32, self.REL_OFFSET_POS) + 1
+        self._truncate_to_entries(keep)
 
     @abc.abstractmethod
     def _entries_changed(self) -> None:

@@ -124,22 +124,6 @@ class OffsetIndex(AbstractIndex):
         self._entries = n + 1
         self._last_offset = offset
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry whose offset is >= ``offset`` (zeroing their slots).
-
-        Truncating to an offset above every entry has no effect.
-
-        Raises:
-            ReadOnlyLogError: the index is read-only.
-            ValueError: the index is closed.
-
-        Runtime complexity: O(log n + removed entries).
-        """
-        self._require_writable()
-        # Entries < offset are those <= offset - 1: integer offsets make this exact.
-        keep = self._largest_lower_bound_slot(offset - 1 - self._base_offset, _INT32, 0) + 1
-        self._truncate_to_entries(keep)
-
     def sanity_check(self) -> None:
         """Raise if the file is obviously corrupt, as Kafka's ``OffsetIndex.sanityCheck``.
 

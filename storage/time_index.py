@@ -162,24 +162,6 @@ class TimeIndex(AbstractIndex):
         self._entries = n + 1
         self._last_entry = (timestamp, offset)
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry whose offset is >= ``offset`` (zeroing their slots).
-
-        Truncating to an offset above every entry has no effect.
-
-        Raises:
-            ReadOnlyLogError: the index is read-only.
-            ValueError: the index is closed.
-
-        Runtime complexity: O(log n + removed entries).
-        """
-        self._require_writable()
-        # Offsets only never decrease here, so count the entries with offset
-        # <= offset - 1 rather than Kafka's "slot of the offset" (same result without
-        # duplicates, exact with them).
-        keep = self._largest_lower_bound_slot(offset - 1 - self._base_offset, _INT32, 8) + 1
-        self._truncate_to_entries(keep)
-
     def sanity_check(self) -> None:
         """Raise if the file is obviously corrupt, as Kafka's ``TimeIndex.sanityCheck``.
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import random
 import struct
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
+import kafka.codec
 import lz4.frame
 import pytest
 import snappy
@@ -18,12 +17,6 @@ from hypothesis import strategies as st
 from storage.compression import _xxh32, codec_from_name, compress, decompress
 from storage.errors import CorruptRecordError
 from storage.record import CompressionType
-
-with warnings.catch_warnings():
-    # kafka-python's package import calls importlib.resources.read_text, deprecated
-    # since Python 3.11; pytest turns that warning into an error.
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import kafka.codec
 
 XERIAL_HEADER = bytes.fromhex("82534e4150505900") + struct.pack(">ii", 1, 1)
 CODECS = list(CompressionType)
@@ -45,32 +38,6 @@ SIZES = {
     "over-32KiB": 32 * 1024 + 1,
     "over-1MiB": (1 << 20) + 12345,
 }
-
-
-class _XxhashShim:
-    """Stands in for the ``xxhash`` package kafka-python's old-Kafka lz4 helpers need.
-
-    ``_xxh32`` is checked against published XXH32 vectors and the lz4 library's own
-    header checksums below, so kafka-python's code is exercised with a trusted hash.
-    """
-
-    class _Digest:
-        def __init__(self, value: int) -> None:
-            self._value = value
-
-        def digest(self) -> bytes:
-            return struct.pack(">I", self._value)
-
-    @classmethod
-    def xxh32(cls, data: bytes) -> _XxhashShim._Digest:
-        return cls._Digest(_xxh32(bytes(data)))
-
-
-@pytest.fixture(scope="module")
-def kafka_xxhash() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kafka.codec, "xxhash", _XxhashShim)
-        yield
 
 
 # -- codec_from_name ---------------------------------------------------------------------
@@ -250,7 +217,6 @@ def test_lz4_interoperates_with_kafka_python(size: int) -> None:
     assert decompress(CompressionType.LZ4, kafka.codec.lz4_encode(data)) == data
 
 
-@pytest.mark.usefixtures("kafka_xxhash")
 @pytest.mark.parametrize("size", [0, 1, 100, 70_000, (1 << 20) + 1])
 def test_lz4_magic0_quirk_interoperates_with_kafka_python(size: int) -> None:
     data = _payload(size)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import struct
-import warnings
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
 
 from storage.compression import _xxh32, compress, decompress
 from storage.errors import CorruptRecordError
@@ -22,13 +22,6 @@ from storage.legacy_record import (
     legacy_entry_records,
 )
 from storage.record import CompressionType, Record, TimestampType
-
-with warnings.catch_warnings():
-    # kafka-python's package import calls importlib.resources.read_text, deprecated
-    # since Python 3.11; pytest turns that warning into an error.
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import kafka.codec
-    from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
 
 # KAFKA-FORMAT.md: v1, offset 7, key "k", value "hello", timestamp 1700000000000.
 EXAMPLE_V1 = bytes.fromhex(
@@ -53,31 +46,6 @@ LOG_APPEND_TIME_BIT = 0x08
 # Where the value of a null-key entry starts: offset, size, crc, magic, attributes,
 # [timestamp,] keyLength, valueLength.
 NULL_KEY_VALUE_START = {0: 26, 1: 34}
-
-
-class _XxhashShim:
-    """Stands in for the ``xxhash`` package kafka-python needs for magic-0 lz4.
-
-    ``_xxh32`` is checked against published vectors in test_compression.py.
-    """
-
-    class _Digest:
-        def __init__(self, value: int) -> None:
-            self._value = value
-
-        def digest(self) -> bytes:
-            return struct.pack(">I", self._value)
-
-    @classmethod
-    def xxh32(cls, data: bytes) -> _XxhashShim._Digest:
-        return cls._Digest(_xxh32(bytes(data)))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def kafka_xxhash() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kafka.codec, "xxhash", _XxhashShim)
-        yield
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -352,7 +320,6 @@ CORRUPTION_CASES = ["example", "v0-plain"] + [
 
 
 def _corruption_case(name: str) -> bytes:
-    # Built lazily: kafka-python's magic-0 lz4 needs the xxhash shim of the fixture.
     if name == "example":
         return EXAMPLE_V1
     if name == "v0-plain":
