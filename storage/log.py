@@ -212,7 +212,7 @@ class Log:
                 values, keys, timestamps, headers, 0, n, base_offset, codec, timestamp_type,
                 data_parts, appended,
             )  # fmt: skip
-            return self._append_built(data_parts, appended, n, now)
+            return self._append_built(base_offset, data_parts, appended, n, now)
 
     @property
     def _codec(self) -> CompressionType:
@@ -291,6 +291,7 @@ class Log:
             appended: list[AppendedBatch] = []
             consumed = 0
             count = 0
+            first_base_offset = -1
             for batch in iter_batches(data):
                 if batch.magic != MAGIC_V2 or not batch.is_valid():
                     raise CorruptRecordError(
@@ -310,6 +311,8 @@ class Log:
                     )
                 else:
                     last_offset = batch.last_offset
+                if first_base_offset < 0:
+                    first_base_offset = batch.base_offset
                 max_ts = batch.max_timestamp
                 if log_append_time:
                     max_ts = now
@@ -324,13 +327,18 @@ class Log:
                     f"{len(data) - consumed} bytes after the last complete batch",
                     position=consumed,
                 )
-            return self._append_built(parts, appended, count, now)
+            first_offset = self._next_offset if assign_offsets else first_base_offset
+            return self._append_built(first_offset, parts, appended, count, now)
 
     def _append_built(
-        self, parts: list[bytes], appended: list[AppendedBatch], count: int, now: int
+        self,
+        first_offset: int,
+        parts: list[bytes],
+        appended: list[AppendedBatch],
+        count: int,
+        now: int,
     ) -> AppendInfo:
         data = parts[0] if len(parts) == 1 else b"".join(parts)
-        first_offset = self._next_offset
         last_offset = appended[-1].last_offset
         max_ts = max(batch.max_timestamp for batch in appended)
         segment = self._maybe_roll(len(data), max_ts, last_offset, now)

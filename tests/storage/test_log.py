@@ -163,7 +163,8 @@ def test_roll_on_relative_offset_overflow(log_dir: Path, clock: ManualClock) -> 
     builder.append(0, timestamp=clock.now_ms, key=None, value=b"far", headers=[])
     far = bytearray(builder.build())
     far[0:8] = (2**31 + 5).to_bytes(8, "big")
-    log.append_batches(bytes(far), assign_offsets=False)
+    info = log.append_batches(bytes(far), assign_offsets=False)
+    assert (info.first_offset, info.last_offset) == (2**31 + 5, 2**31 + 5)
     assert log.number_of_segments == 2
     assert log.active_segment.base_offset == 1
     assert log.log_end_offset == 2**31 + 6
