@@ -322,8 +322,8 @@ READ_PATHS = {
     "columns": (
         sum_column_value_lengths,
         "for columns in log.record_columns(0): for value in columns.values: total += len(value)"
-        " (CRC-checked, every record decoded; the bulk path the FUSE renderer and the Spark"
-        " source use)",
+        " (CRC-checked, every record decoded; the bulk path meant for the FUSE renderer and Spark"
+        " source)",
     ),
 }
 
