@@ -222,9 +222,10 @@ def _recover_from(
         following = segments.higher_segment(segment.base_offset)
         if following is not None and following.base_offset <= recovery_point:
             continue  # flushed before the crash: trusted, as Kafka trusts it
-        if not writable:
-            _use_scratch_indexes(segment, config, scratch)
-        truncated = segment.recover()
+        # A reader keeps the on-disk indexes (they passed the checks on open, and a
+        # writer never indexes a batch it has not written): it only needs to know
+        # where the valid data ends.
+        truncated = segment.recover(rebuild_indexes=writable)
         if truncated > 0:
             logger.warning(
                 "%s: truncated %d invalid bytes at the end of segment %d",

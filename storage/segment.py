@@ -301,16 +301,20 @@ class LogSegment:
             return False
         return True
 
-    def recover(self) -> int:
-        """Re-validate every batch, rebuild both indexes, cut the log after the last valid batch.
+    def recover(self, *, rebuild_indexes: bool = True) -> int:
+        """Re-validate every batch and cut the log after the last valid one.
 
-        Returns the number of bytes truncated. A batch is invalid when its header is
+        Returns the number of bytes cut. A batch is invalid when its header is
         impossible (size, magic), its CRC does not match, its offsets go backwards or
         leave the segment's 32-bit relative range, or (legacy formats) it does not
-        decode. A partial batch at the end is cut as well.
+        decode. A partial batch at the end is cut as well. With ``rebuild_indexes``
+        both indexes are rebuilt from the log on the way; without it (a reader that
+        found plausible indexes) they are kept, since an entry never points past a
+        valid batch. A read-only segment's "cut" only hides the tail from its readers.
         """
-        self.offset_index.reset()
-        self.time_index.reset()
+        if rebuild_indexes:
+            self.offset_index.reset()
+            self.time_index.reset()
         self._bytes_since_last_index_entry = 0
         self._max_timestamp_and_offset = TimestampAndOffset(-1, -1)
         self._rolling_based_timestamp = None
@@ -344,13 +348,15 @@ class LogSegment:
                     self._max_timestamp_and_offset = TimestampAndOffset(
                         batch.max_timestamp, last_offset
                     )
-                self._maybe_index(last_offset, batch.position, batch.size)
+                if rebuild_indexes:
+                    self._maybe_index(last_offset, batch.position, batch.size)
                 valid_bytes = batch.position + batch.size
         except CorruptRecordError as exc:
             logger.warning("%s: %s", self.path, exc)
         truncated = self.log.truncate_to(valid_bytes)
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
+        if rebuild_indexes:
+            self.offset_index.trim_to_valid_size()
+            self.time_index.trim_to_valid_size()
         return truncated
 
     def truncate_to(self, offset: int) -> int:

@@ -219,3 +219,19 @@ def test_read_only_open_of_crashed_log_changes_nothing(tmp_path: Path, clock: Ma
     assert reader.log_end_offset == len(written)
     reader.close()
     assert {p.name: p.read_bytes() for p in directory.iterdir()} == before
+
+
+def test_reader_of_live_log_keeps_on_disk_indexes(tmp_path: Path, clock: ManualClock) -> None:
+    """A reader opening a log a writer has open (no clean-shutdown marker) validates the
+    unflushed tail without rebuilding indexes anywhere."""
+    directory = tmp_path / "t-0"
+    log, written = build(directory, clock)
+    reader = Log.open(directory, CONFIG, clock=clock, writable=False, had_clean_shutdown=False)
+    assert reader._scratch_dirs == []
+    assert reader.log_end_offset == len(written)
+    assert [r.value for r in reader.records(len(written) // 2)] == written[len(written) // 2 :]
+    log.append([b"more"])
+    reader.refresh()
+    assert [r.value for r in reader.records(len(written))] == [b"more"]
+    reader.close()
+    log.close()
