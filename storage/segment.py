@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -231,12 +232,43 @@ class LogSegment:
     def translate_offset(self, offset: int, starting_position: int = 0) -> OffsetPosition | None:
         """Where the batch holding ``offset`` (or the first after it) starts.
 
-        Cost: O(log n) index lookup, then a scan of about ``index.interval.bytes``.
+        Cost: O(log n) index lookup, then a scan of about ``index.interval.bytes``
+        (of the whole segment when the index entry proves wrong).
         """
-        _indexed_offset, position = self.offset_index.lookup(offset)
-        if not 0 <= position <= self.size:
-            position = 0  # an implausible entry (indexes carry no checksum): scan instead
-        return self.log.search_for_offset(offset, max(starting_position, position))
+        indexed_offset, position = self.offset_index.lookup(offset)
+        if starting_position < position < self.size:
+            # Indexes carry no checksum: the entry must name the batch found at its
+            # position (same last offset), else it is ignored and the segment scanned.
+            try:
+                batches = self.log.batches(position)
+                first = next(batches, None)
+                if first is not None and first.last_offset == indexed_offset:
+                    for batch in chain((first,), batches):
+                        if batch.last_offset >= offset:
+                            return OffsetPosition(batch.last_offset, batch.position, batch.size)
+                    return None
+            except CorruptRecordError:
+                pass
+            logger.warning(
+                "%s: ignoring wrong index entry (%d, %d)", self.path, indexed_offset, position
+            )
+        return self.log.search_for_offset(offset, starting_position)
+        # Indexes carry no checksum: the entry must name the batch found at its
+        # position (same last offset), else it is ignored and the segment scanned.
+        try:
+            for batch in self.log.batches(position):
+                if batch.position == position and batch.last_offset != indexed_offset:
+                    break
+                if batch.last_offset >= offset:
+                    return OffsetPosition(batch.last_offset, batch.position, batch.size)
+            else:
+                return None
+        except CorruptRecordError:
+            pass
+        logger.warning(
+            "%s: index entry (%d, %d) is wrong; scanning", self.path, indexed_offset, position
+        )
+        return self.log.search_for_offset(offset, starting_position)
 
     def batches(self, start_position: int = 0) -> Iterator[RecordBatch]:
         return self.log.batches(start_position)
