@@ -291,11 +291,29 @@ class LogSegment:
     ) -> TimestampAndOffset | None:
         """The first record with timestamp >= ``timestamp`` and offset >= ``starting_offset``.
 
-        Cost: O(log n) in both indexes, then a scan from the indexed position.
+        Cost: O(log n) in both indexes, then a scan from the indexed position (from
+        the segment start when the time-index entry proves wrong).
         """
-        _ts, offset = self.time_index.lookup(timestamp)
-        position = self.offset_index.lookup(max(offset, starting_offset))[1]
-        return self.log.search_for_timestamp(timestamp, position, starting_offset)
+        indexed_timestamp, offset = self.time_index.lookup(timestamp)
+        if offset != self.base_offset and not self._time_entry_matches(indexed_timestamp, offset):
+            logger.warning(
+                "%s: ignoring wrong time index entry (%d, %d)", self.path, indexed_timestamp, offset
+            )
+            offset = self.base_offset
+        found = self.translate_offset(max(offset, starting_offset))
+        if found is None:
+            return None
+        return self.log.search_for_timestamp(timestamp, found.position, starting_offset)
+
+    def _time_entry_matches(self, timestamp: int, offset: int) -> bool:
+        # A time-index entry (T, O) names the first batch whose max timestamp reached T,
+        # by its last offset O: every earlier record is older than T. Check that the
+        # batch ending at O exists and has that max timestamp before trusting it.
+        found = self.translate_offset(offset)
+        if found is None or found.offset != offset:
+            return False
+        batch = next(iter(self.log.batches(found.position)), None)
+        return batch is not None and batch.max_timestamp == timestamp
 
     # -- recovery, truncation, roll ------------------------------------------------
 

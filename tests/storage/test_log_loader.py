@@ -258,3 +258,32 @@ def test_flipped_index_bytes_never_misdirect_reads(tmp_path: Path, clock: Manual
             assert next(again.records(offset)).value == written[offset], (position, offset)
         again.close()
         shutil.rmtree(work.parent)
+
+
+def test_flipped_time_index_bytes_never_misdirect_time_lookups(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    original = tmp_path / "orig" / "t-0"
+    log = Log.open(original, CONFIG, clock=clock)
+    for i in range(60):
+        log.append([b"record %d" % i] * 2, timestamps=[1000 * i, 1000 * i + 500])
+    sealed = log.segments.values()[1]
+    log.close()
+    index_name = sealed.time_index.path.name
+    index_bytes = (original / index_name).read_bytes()
+    assert len(index_bytes) >= 36
+    targets = range(0, 60_250, 250)
+    for position in range(len(index_bytes)):
+        work = tmp_path / "work" / "t-0"
+        shutil.copytree(original, work)
+        corrupt = bytearray(index_bytes)
+        corrupt[position] ^= 0xFF
+        (work / index_name).write_bytes(bytes(corrupt))
+        again = Log.open(work, CONFIG, clock=clock)
+        for target in targets:
+            # Offset n has timestamp 500 * n: the first at or after target is ceil(t / 500).
+            first = -(-target // 500)
+            expected = first if first < 120 else None
+            assert again.offset_for_timestamp(target) == expected, (position, target)
+        again.close()
+        shutil.rmtree(work.parent)
