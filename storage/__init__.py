@@ -13,8 +13,10 @@ from .batch_builder import build_record_batch
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
 from .errors import (
     ConfigError,
+    CorruptCheckpointError,
     CorruptIndexError,
     CorruptRecordError,
+    IndexFullError,
     InvalidOffsetError,
     InvalidTopicError,
     LogDirLockedError,
@@ -32,6 +34,7 @@ from .log_manager import LogManager, PartitionDescription, TopicDescription
 from .partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
 from .record import CompressionType, Header, ProducerRecord, Record, TimestampType
 from .record_batch import DefaultRecordBatch, LegacyRecordBatch, RecordBatch, iter_batches
+from .record_columns import RecordColumns
 from .topic import TopicMetadata, validate_topic_name
 
 __all__ = [
@@ -41,10 +44,12 @@ __all__ = [
     "Clock",
     "CompressionType",
     "ConfigError",
+    "CorruptCheckpointError",
     "CorruptIndexError",
     "CorruptRecordError",
     "DefaultRecordBatch",
     "Header",
+    "IndexFullError",
     "InvalidOffsetError",
     "InvalidTopicError",
     "LegacyRecordBatch",
@@ -58,6 +63,7 @@ __all__ = [
     "ReadOnlyLogError",
     "Record",
     "RecordBatch",
+    "RecordColumns",
     "RecordTooLargeError",
     "StickyPartitioner",
     "StorageError",
