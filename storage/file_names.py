@@ -31,8 +31,9 @@ SEGLOG_TOPICS_FILE = "seglog-topics.json"
 """Topic metadata Kafka keeps in its controller: partition count, format, overrides."""
 
 # Kafka's renamed-away partition directories: <topic>-<partition>.<uuid>-delete/-future/-stray
-_TOPIC_PARTITION = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
-_IGNORED_DIR = re.compile(r"^.+-\d+\.[0-9a-f]{32}-(delete|future|stray)$")
+_TOPIC_PARTITION = re.compile(r"(?P<topic>.+)-(?P<partition>[0-9]+)")
+_IGNORED_DIR = re.compile(r".+-[0-9]+\.[0-9a-f]{32}-(delete|future|stray)")
+_SEGMENT_PREFIX = re.compile(r"[0-9]{20}")
 METADATA_TOPIC = "__cluster_metadata"
 """KRaft's metadata log: a log directory may hold it, it is not a data topic."""
 
@@ -57,7 +58,7 @@ def time_index_file(directory: Path, offset: int, suffix: str = "") -> Path:
 def offset_from_file_name(name: str) -> int | None:
     """The base offset a segment file name starts with, or None if it is not one."""
     prefix = name.split(".", 1)[0]
-    if len(prefix) != 20 or not prefix.isdigit():
+    if not _SEGMENT_PREFIX.fullmatch(prefix):  # ASCII digits only: int() takes others
         return None
     return int(prefix)
 
@@ -72,9 +73,9 @@ def parse_topic_partition_name(name: str) -> tuple[str, int] | None:
     Kafka's renamed-away directories (``.<uuid>-delete``, ``-future``, ``-stray``) and
     KRaft's ``__cluster_metadata-0`` are not data partitions and give None.
     """
-    if _IGNORED_DIR.match(name):
+    if _IGNORED_DIR.fullmatch(name):
         return None
-    match = _TOPIC_PARTITION.match(name)
+    match = _TOPIC_PARTITION.fullmatch(name)
     if match is None:
         return None
     topic = match.group("topic")

@@ -120,7 +120,7 @@ class FileRecords:
         return os.pread(self._fd, size, position)
 
     def batches(self, start: int = 0, end: int | None = None) -> Iterator[RecordBatch]:
-        """Every complete batch beginning in ``[start, end)``, in file order.
+        """Every complete batch lying within ``[start, end)``, in file order.
 
         Stops silently at a partial batch at the tail (a writer mid-append, or a torn
         write before recovery). CRCs are not checked here.

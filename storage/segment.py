@@ -204,8 +204,10 @@ class LogSegment:
         Raises:
             OSError: the write failed; the segment is unchanged.
         """
-        position = self.log.append(data)
+        # Loaded before the write: a lazy load afterwards would scan the new batches
+        # too and index early batches with a later batch's max timestamp.
         current = self.max_timestamp_and_offset()
+        position = self.log.append(data)
         batch_position = position
         for last_offset, max_timestamp, size in batches:
             if max_timestamp > current.timestamp:
@@ -278,10 +280,12 @@ class LogSegment:
 
         Cost: O(log n) for the last index entry, then a scan of the tail after it.
         """
-        last_offset, position = self.offset_index.lookup(2**63 - 1)
+        _last_offset, position = self.offset_index.lookup(2**63 - 1)
+        if position >= self.size:
+            # The entry names a batch past the valid data (a reader's view of a crashed
+            # log hides an invalid tail the on-disk index still covers): scan it all.
+            position = 0
         next_offset = self.base_offset
-        if self.offset_index.entries:
-            next_offset = last_offset + 1
         for batch in self.log.batches(position):
             next_offset = batch.next_offset
         return next_offset

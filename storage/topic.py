@@ -14,12 +14,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from .atomic_file import write_atomically
 from .errors import ConfigError, InvalidTopicError, StorageError
 
 MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
 FORMATS = ("lines", "raw")
 _FILE_VERSION = 1
 
@@ -37,7 +38,7 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(name, "'.' and '..' are not allowed")
     if len(name) > MAX_TOPIC_NAME_LENGTH:
         raise InvalidTopicError(name, f"longer than {MAX_TOPIC_NAME_LENGTH} characters")
-    if not _LEGAL_TOPIC_CHARS.match(name):
+    if not _LEGAL_TOPIC_CHARS.fullmatch(name):
         raise InvalidTopicError(name, "only ASCII letters, digits, '.', '_' and '-' are allowed")
 
 
@@ -89,25 +90,44 @@ def read_topics_file(path: Path) -> dict[str, TopicMetadata]:
         StorageError: the file is not what ``write_topics_file`` writes.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return {}
     try:
-        document = json.loads(text)
-        if document.get("version") != _FILE_VERSION:
-            raise ValueError(f"unsupported version {document.get('version')!r}")
+        document = json.loads(data.decode("utf-8"))
+        if not isinstance(document, dict) or document.get("version") != _FILE_VERSION:
+            raise ValueError("not a version 1 topic metadata document")
         topics = {}
-        for name, entry in document["topics"].items():
+        for name, entry in _typed(document, "topics", dict).items():
+            separator = entry.get("key.separator")
+            if separator is not None and not isinstance(separator, str):
+                raise ValueError(f"topic {name}: key.separator must be a string or null")
+            overrides = _typed(entry, "config", dict, default={})
+            if not all(isinstance(v, str) for v in overrides.values()):
+                raise ValueError(f"topic {name}: config values must be strings")
             topics[name] = TopicMetadata(
                 name=name,
-                partitions=int(entry["partitions"]),
-                format=str(entry.get("format", "lines")),
-                key_separator=entry.get("key.separator"),
-                overrides={str(k): str(v) for k, v in entry.get("config", {}).items()},
+                partitions=_typed(entry, "partitions", int),
+                format=_typed(entry, "format", str, default="lines"),
+                key_separator=separator,
+                overrides=overrides,
             )
         return topics
-    except (ValueError, KeyError, TypeError, AttributeError, StorageError) as exc:
+    except (ValueError, TypeError, AttributeError, StorageError) as exc:
         raise StorageError(f"malformed topic metadata file {path}: {exc}") from exc
+
+
+_T = TypeVar("_T")
+
+
+def _typed(entry: object, key: str, kind: type[_T], default: _T | None = None) -> _T:
+    # JSON's bool is an int to Python, and int(2.5) is 2: check, never convert.
+    if not isinstance(entry, dict):
+        raise ValueError(f"expected an object holding {key!r}")
+    value = entry.get(key, default)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"{key!r} must be a {kind.__name__}, not {value!r}")
+    return value
 
 
 def write_topics_file(path: Path, topics: Mapping[str, TopicMetadata]) -> None:

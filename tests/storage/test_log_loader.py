@@ -287,3 +287,21 @@ def test_flipped_time_index_bytes_never_misdirect_time_lookups(
             assert again.offset_for_timestamp(target) == expected, (position, target)
         again.close()
         shutil.rmtree(work.parent)
+
+
+def test_read_only_view_of_crashed_log_ends_before_an_indexed_invalid_batch(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    directory = tmp_path / "t-0"
+    log, written = build(directory, clock)
+    active = log.active_segment
+    last = list(active.batches())[-1]
+    assert active.offset_index.lookup(last.last_offset)[1] == last.position  # it is indexed
+    crash(log)
+    with open(active.path, "r+b") as f:
+        f.seek(last.position + 30)
+        f.write(b"\xee")
+    reader = Log.open(directory, CONFIG, clock=clock, writable=False, had_clean_shutdown=False)
+    assert reader.log_end_offset == len(written) - 3
+    assert [r.value for r in reader.records(0)] == written[:-3]
+    reader.close()
