@@ -453,13 +453,11 @@ class Log:
                 segment = self.segments.first_segment
                 if segment is None:
                     return
-            found = segment.translate_offset(offset)
-            if found is not None:
-                for batch in segment.batches(found.position):
-                    if check_crc and not batch.is_valid():
-                        raise CorruptRecordError("CRC mismatch", segment.path, batch.position)
-                    yield batch
-                    offset = batch.next_offset
+            for batch in segment.batches_from(offset):
+                if check_crc and not batch.is_valid():
+                    raise CorruptRecordError("CRC mismatch", segment.path, batch.position)
+                yield batch
+                offset = batch.next_offset
             following = self.segments.higher_segment(segment.base_offset)
             if following is None:
                 return

@@ -19,7 +19,7 @@ Immutable once built; thread-safe.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
@@ -131,7 +131,8 @@ def decode_record_columns(
     offset_deltas: list[int] | None = None
     ts_deltas: list[int] | None = None
     headers: list[tuple[Header, ...]] | None = None
-    for i in range(count):
+    start, pos = _decode_plain_values(data, pos, end, count, add_value)
+    for i in range(start, count):
         # length (a record count larger than the records present shows as a record
         # running past ``end`` or an IndexError: no bounds check needed here)
         b = data[pos]
@@ -248,6 +249,62 @@ def decode_record_columns(
         headers if headers is not None else [()] * count,
         timestamp_type,
     )
+
+
+def _decode_plain_values(
+    data: bytes, pos: int, end: int, count: int, add_value: Callable[[bytes], None]
+) -> tuple[int, int]:
+    """Decode the leading run of plain records; return how many and where they end.
+
+    A plain record is what a producer of lines writes: no key, no headers, the
+    batch's timestamp, the next offset, a value under 8 KiB. Its bytes are fixed but
+    for the lengths (``length | 00 00 offsetDelta 01 | valueLength | value | 00``), so
+    checking them is cheaper than decoding each field. The first record that differs
+    (or does not parse) stops the run; the general loop then takes over from it and
+    reports any corruption.
+    """
+    i = 0
+    limit = min(count, 8192)  # offset deltas of 8192 and up take three bytes
+    while i < limit:
+        b = data[pos]
+        if b < 0x80:
+            u = b
+            p = pos + 1
+        else:
+            c = data[pos + 1]
+            if c >= 0x80:
+                break
+            u = (b & 0x7F) | (c << 7)
+            p = pos + 2
+        record_end = p + (u >> 1)
+        if u & 1 or record_end > end or data[p + 1]:  # negative length, overrun, ts delta
+            break
+        if i < 64:
+            if data[p + 2] != i << 1:
+                break
+            p += 3
+        else:
+            if data[p + 2] != ((i << 1) & 0x7F) | 0x80 or data[p + 3] != i >> 6:
+                break
+            p += 4
+        if data[p] != 1:  # a key
+            break
+        b = data[p + 1]
+        if b < 0x80:
+            p += 2
+        else:
+            c = data[p + 2]
+            if c >= 0x80:
+                break
+            b = (b & 0x7F) | (c << 7)
+            p += 3
+        value_end = p + (b >> 1)
+        if b & 1 or value_end + 1 != record_end or data[value_end]:  # null value, headers
+            break
+        add_value(data[p:value_end])
+        pos = record_end
+        i += 1
+    return i, pos
 
 
 def _decode_headers(data: bytes, pos: int) -> tuple[tuple[Header, ...], int]:

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator, Sequence
-from itertools import chain
+from itertools import chain, dropwhile
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -40,6 +40,10 @@ from .time_index import TimeIndex
 logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+
+
+def _from_offset(offset: int, batches: Iterator[RecordBatch]) -> Iterator[RecordBatch]:
+    return dropwhile(lambda batch: batch.last_offset < offset, batches)
 
 
 class AppendedBatch(NamedTuple):
@@ -231,11 +235,11 @@ class LogSegment:
 
     # -- reading ---------------------------------------------------------------------
 
-    def translate_offset(self, offset: int, starting_position: int = 0) -> OffsetPosition | None:
-        """Where the batch holding ``offset`` (or the first after it) starts.
+    def batches_from(self, offset: int, starting_position: int = 0) -> Iterator[RecordBatch]:
+        """The batches from the one holding ``offset`` (or the first after it) on.
 
         Cost: O(log n) index lookup, then a scan of about ``index.interval.bytes``
-        (of the whole segment when the index entry proves wrong).
+        before the first batch (of the whole segment when the index entry proves wrong).
         """
         indexed_offset, position = self.offset_index.lookup(offset)
         if starting_position < position < self.size:
@@ -245,32 +249,23 @@ class LogSegment:
                 batches = self.log.batches(position)
                 first = next(batches, None)
                 if first is not None and first.last_offset == indexed_offset:
-                    for batch in chain((first,), batches):
-                        if batch.last_offset >= offset:
-                            return OffsetPosition(batch.last_offset, batch.position, batch.size)
-                    return None
+                    return _from_offset(offset, chain((first,), batches))
             except CorruptRecordError:
                 pass
             logger.warning(
                 "%s: ignoring wrong index entry (%d, %d)", self.path, indexed_offset, position
             )
-        return self.log.search_for_offset(offset, starting_position)
-        # Indexes carry no checksum: the entry must name the batch found at its
-        # position (same last offset), else it is ignored and the segment scanned.
-        try:
-            for batch in self.log.batches(position):
-                if batch.position == position and batch.last_offset != indexed_offset:
-                    break
-                if batch.last_offset >= offset:
-                    return OffsetPosition(batch.last_offset, batch.position, batch.size)
-            else:
-                return None
-        except CorruptRecordError:
-            pass
-        logger.warning(
-            "%s: index entry (%d, %d) is wrong; scanning", self.path, indexed_offset, position
-        )
-        return self.log.search_for_offset(offset, starting_position)
+        return _from_offset(offset, self.log.batches(starting_position))
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> OffsetPosition | None:
+        """Where the batch holding ``offset`` (or the first after it) starts.
+
+        Cost: as ``batches_from``.
+        """
+        batch = next(self.batches_from(offset, starting_position), None)
+        if batch is None:
+            return None
+        return OffsetPosition(batch.last_offset, batch.position, batch.size)
 
     def batches(self, start_position: int = 0) -> Iterator[RecordBatch]:
         return self.log.batches(start_position)

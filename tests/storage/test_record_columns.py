@@ -483,3 +483,44 @@ def test_columns_match_records_for_every_field_combination() -> None:
     assert [r.timestamp for r in records] == [
         TS + (i if t else 0) for i, (_, _, t) in enumerate(combos)
     ]
+
+
+@pytest.mark.parametrize("at", [0, 1, 63, 64, 65, 300])
+@pytest.mark.parametrize("kind", ["key", "null-value", "header", "timestamp", "big-value"])
+def test_plain_run_hands_over_to_the_general_decoder(at: int, kind: str) -> None:
+    """The plain-record fast path stops at the first record that differs; every record
+    after it still decodes, whatever field differs and wherever it happens."""
+    n = 320
+    values: list[bytes | None] = [b"value %d" % i for i in range(n)]
+    keys: list[bytes | None] = [None] * n
+    headers: list[tuple[Header, ...]] = [()] * n
+    timestamps = [TS] * n
+    if kind == "key":
+        keys[at] = b"k"
+    elif kind == "null-value":
+        values[at] = None
+    elif kind == "header":
+        headers[at] = (("h", b"v"),)
+    elif kind == "timestamp":
+        timestamps[at] = TS + 5
+    else:
+        values[at] = b"x" * 9000  # a three-byte value length
+    data = build_record_batch(
+        values, keys=keys, headers=headers, timestamps=timestamps, base_offset=40
+    )
+    columns = columns_of(data)
+    assert list(columns.offsets) == list(range(40, 40 + n))
+    assert list(columns.values) == values
+    assert list(columns.keys) == keys
+    assert list(columns.headers) == headers
+    assert list(columns.timestamps) == timestamps
+
+
+def test_corrupt_record_inside_a_plain_run_is_reported() -> None:
+    body = bytearray(build_record_batch([b"v" * 10] * 50, timestamps=TS)[RECORD_BATCH_OVERHEAD:])
+    # Each record: length 16 (one byte, zigzag 32) + 00 00 offsetDelta 01 0a value 00.
+    record = 30 * 17
+    assert body[record] == 32
+    body[record] = 34  # one byte longer than its fields
+    with pytest.raises(CorruptRecordError):
+        decode(bytes(body), count=50)
