@@ -40,6 +40,17 @@ class LogMachine(RuleBasedStateMachine):
         self.checkpointed_start = 0
         self.flushed_sizes: dict[int, int] = {}
 
+    def _reopen(self, recovery_point: int, *, had_clean_shutdown: bool) -> None:
+        """Open the log again with what a log manager would have checkpointed."""
+        self.log = Log.open(
+            self.dir,
+            CONFIG,
+            clock=self.clock,
+            log_start_offset=self.checkpointed_start,
+            recovery_point=recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+        )
+
     def _all_flushed(self) -> None:
         """Every byte now in the segments is durable (after a flush, reopen, recovery)."""
         self.flushed_sizes = {s.base_offset: s.size for s in self.log.segments.values()}
@@ -92,13 +103,7 @@ class LogMachine(RuleBasedStateMachine):
     def reopen_clean(self) -> None:
         recovery_point = self.log.recovery_point
         self.log.close()
-        self.log = Log.open(
-            self.dir,
-            CONFIG,
-            clock=self.clock,
-            log_start_offset=self.checkpointed_start,
-            recovery_point=recovery_point,
-        )
+        self._reopen(recovery_point, had_clean_shutdown=True)
         self._all_flushed()
 
     @precondition(lambda self: self.model)
@@ -119,14 +124,7 @@ class LogMachine(RuleBasedStateMachine):
                 flushed = self.flushed_sizes.get(segment.base_offset, 0)
             if size > flushed:
                 os.truncate(segment.path, flushed + int((size - flushed) * keep[i % len(keep)]))
-        self.log = Log.open(
-            self.dir,
-            CONFIG,
-            clock=self.clock,
-            log_start_offset=self.checkpointed_start,
-            recovery_point=recovery_point,
-            had_clean_shutdown=False,
-        )
+        self._reopen(recovery_point, had_clean_shutdown=False)
         survivors = [(r.offset, r.key, r.value, r.timestamp) for r in self.log.records(self.start)]
         assert survivors == self.model[: len(survivors)], "recovery kept a non-prefix"
         assert all(e in survivors for e in self.model if e[0] < recovery_point), "lost flushed data"
