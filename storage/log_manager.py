@@ -54,7 +54,13 @@ from .file_names import (
 from .lock_file import LogDirLock
 from .log import Log
 from .log_config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig
-from .topic import TopicMetadata, collision_key, read_topics_file, write_topics_file
+from .topic import (
+    TopicMetadata,
+    collision_key,
+    read_topics_file,
+    validate_topic_name,
+    write_topics_file,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -179,8 +185,14 @@ class LogManager:
         found: dict[str, set[int]] = {}
         for name in os.listdir(self.log_dir):
             parsed = parse_topic_partition_name(name)
-            if parsed is not None and (self.log_dir / name).is_dir():
-                found.setdefault(parsed[0], set()).add(parsed[1])
+            if parsed is None or not (self.log_dir / name).is_dir():
+                continue
+            try:
+                validate_topic_name(parsed[0])
+            except InvalidTopicError:
+                logger.warning("ignoring directory %s: not a topic-partition", name)
+                continue
+            found.setdefault(parsed[0], set()).add(parsed[1])
         return found
 
     def _remove_deleted_topic_dirs(self) -> None:

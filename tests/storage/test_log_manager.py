@@ -220,6 +220,7 @@ def test_kafka_broker_directory_is_tolerated(log_dir: Path, clock: ManualClock) 
         "__consumer_offsets-0",
         "__cluster_metadata-0",
         "orders-1.0123456789abcdef0123456789abcdef-delete",
+        "not a topic-0",
     ):
         (log_dir / name).mkdir()
     (log_dir / "__cluster_metadata-0" / "00000000000000000000-0000000000.checkpoint").write_bytes(
