@@ -694,9 +694,7 @@ class Log:
         self.segments._check()
         assert self.log_start_offset <= self._next_offset
         assert self.recovery_point <= self._next_offset
-        assert self.active_segment.read_next_offset() in (self._next_offset,) or (
-            self.active_segment.size == 0
-        )
+        assert self.active_segment.read_next_offset() == self._next_offset
         for segment in self.segments.values():
             segment.offset_index._check()
             segment.time_index._check()

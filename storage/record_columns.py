@@ -26,6 +26,7 @@ from itertools import repeat
 
 from .errors import CorruptRecordError
 from .record import Header, Record, TimestampType
+from .varint import decode_varint
 
 _new_record = partial(tuple.__new__, Record)  # Record(...) without the Python-level __new__
 
@@ -308,17 +309,17 @@ def _decode_plain_values(
 
 
 def _decode_headers(data: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
-    count, pos = _signed(data, pos)
+    count, pos = decode_varint(data, pos, 5)
     if count < 0:
         raise CorruptRecordError(f"invalid header count {count}")
     headers = []
     for _ in range(count):
-        key_len, pos = _signed(data, pos)
+        key_len, pos = decode_varint(data, pos, 5)
         if key_len < 0:
             raise CorruptRecordError("null header key")
         key = data[pos : pos + key_len].decode("utf-8")
         pos += key_len
-        value_len, pos = _signed(data, pos)
+        value_len, pos = decode_varint(data, pos, 5)
         value: bytes | None = None
         if value_len >= 0:
             value = data[pos : pos + value_len]
@@ -327,11 +328,6 @@ def _decode_headers(data: bytes, pos: int) -> tuple[tuple[Header, ...], int]:
             raise CorruptRecordError(f"invalid header value length {value_len}")
         headers.append((key, value))
     return tuple(headers), pos
-
-
-def _signed(data: bytes, pos: int) -> tuple[int, int]:
-    u, pos = _uvarint(data, pos)
-    return (u >> 1) ^ -(u & 1), pos
 
 
 def columns_from_records(records: Sequence[Record]) -> RecordColumns:

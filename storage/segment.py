@@ -308,11 +308,10 @@ class LogSegment:
         # A time-index entry (T, O) names the first batch whose max timestamp reached T,
         # by its last offset O: every earlier record is older than T. Check that the
         # batch ending at O exists and has that max timestamp before trusting it.
-        found = self.translate_offset(offset)
-        if found is None or found.offset != offset:
-            return False
-        batch = next(iter(self.log.batches(found.position)), None)
-        return batch is not None and batch.max_timestamp == timestamp
+        batch = next(self.batches_from(offset), None)
+        return (
+            batch is not None and batch.last_offset == offset and batch.max_timestamp == timestamp
+        )
 
     # -- recovery, truncation, roll ------------------------------------------------
 
