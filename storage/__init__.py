@@ -35,6 +35,7 @@ from .partitioner import StickyPartitioner, murmur2, partition_for_key, to_posit
 from .record import CompressionType, Header, ProducerRecord, Record, TimestampType
 from .record_batch import DefaultRecordBatch, LegacyRecordBatch, RecordBatch, iter_batches
 from .record_columns import RecordColumns
+from .render import RenderedBatch, render_batch, rendered_size
 from .topic import TopicMetadata, validate_topic_name
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "RecordBatch",
     "RecordColumns",
     "RecordTooLargeError",
+    "RenderedBatch",
     "StickyPartitioner",
     "StorageError",
     "SystemClock",
@@ -80,6 +82,8 @@ __all__ = [
     "murmur2",
     "parse_properties",
     "partition_for_key",
+    "render_batch",
+    "rendered_size",
     "to_positive",
     "validate_topic_name",
 ]
