@@ -8,7 +8,9 @@ The branches draw these lines:
   indexes are rebuilt; a checkpoint is an operator's problem (Kafka refuses to start).
 - ``IndexFullError``, ``InvalidOffsetError``: a caller broke an index or log invariant.
 - ``OffsetOutOfRangeError``: a well-formed request for an offset the log does not
-  hold (below the log start or past the log end), as Kafka's fetch reports it.
+  hold (below the log start or past the log end), as Kafka's fetch reports it. Its
+  child ``SegmentDeletedError``: a read found its segment closed under it (retention
+  deleted it, or the log closed); the caller repositions at the log start offset.
 - ``RecordTooLargeError``: a record (batch) over ``max.message.bytes``; nothing appended.
 - ``ConfigError``: a configuration key or value that Kafka would reject.
 - ``TopicError`` and its children: the topic namespace (names, existence).
@@ -87,6 +89,23 @@ class OffsetOutOfRangeError(StorageError):
         self.offset = offset
         self.log_start_offset = log_start_offset
         self.log_end_offset = log_end_offset
+
+
+class SegmentDeletedError(OffsetOutOfRangeError):
+    """The segment file a read was using is closed: retention deleted it (after
+    ``file.delete.delay.ms``) or the log was closed while the read was under way.
+
+    What was already returned is valid; what follows is gone. Readers reposition at the
+    log start offset (Kafka's ``auto.offset.reset=earliest``) or report the loss.
+    ``offset`` is -1 when the read did not know which offset it wanted next.
+    """
+
+    def __init__(self, path: Path | str, offset: int = -1) -> None:
+        StorageError.__init__(self, f"segment file {path} was deleted while it was being read")
+        self.path = path
+        self.offset = offset
+        self.log_start_offset = -1
+        self.log_end_offset = -1
 
 
 class RecordTooLargeError(StorageError):

@@ -8,17 +8,23 @@ and never trusts a partial batch at the tail (the writer may be mid-``write``).
 
 Thread-safety: one appending thread; any number of threads may read concurrently with
 it (each read is a ``pread`` of bytes below a ``size`` that only grows on append).
+``close`` may run while readers are mid-scan (retention deleting the segment): each
+scan reads through its own duplicate of the descriptor, taken under a lock, so a
+close never pulls a descriptor from under a reader, and a descriptor number reused by
+another file after the close is never read by mistake. A read that starts after the
+close raises ``SegmentDeletedError``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, SegmentDeletedError
 from .record_batch import (
     HEADER_SIZE_UP_TO_MAGIC,
     RecordBatch,
@@ -60,6 +66,19 @@ class FileRecords:
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT if writable else os.O_RDONLY
         self._fd: int = os.open(path, flags | os.O_CLOEXEC, 0o644)
         self.size = os.fstat(self._fd).st_size
+        # Guards the descriptor's number between "still open?" and its duplication.
+        self._fd_lock = threading.Lock()
+
+    def _reader_fd(self) -> int:
+        """A duplicate of the descriptor for one read; the caller closes it.
+
+        Raises:
+            SegmentDeletedError: the file was closed (deleted by retention).
+        """
+        with self._fd_lock:
+            if self._fd < 0:
+                raise SegmentDeletedError(self.path)
+            return os.dup(self._fd)
 
     # -- writing ---------------------------------------------------------------------
 
@@ -117,7 +136,11 @@ class FileRecords:
         size = min(size, self.size - position)
         if size <= 0:
             return b""
-        return os.pread(self._fd, size, position)
+        fd = self._reader_fd()
+        try:
+            return os.pread(fd, size, position)
+        finally:
+            os.close(fd)
 
     def batches(self, start: int = 0, end: int | None = None) -> Iterator[RecordBatch]:
         """Every complete batch lying within ``[start, end)``, in file order.
@@ -130,12 +153,22 @@ class FileRecords:
 
         Raises:
             CorruptRecordError: a batch header with an impossible size or magic.
+            SegmentDeletedError: the file was closed before the scan began.
         """
         limit = self.size if end is None else min(end, self.size)
+        if limit - start < HEADER_SIZE_UP_TO_MAGIC:
+            return
+        fd = self._reader_fd()
+        try:
+            yield from self._scan(fd, start, limit)
+        finally:
+            os.close(fd)
+
+    def _scan(self, fd: int, start: int, limit: int) -> Iterator[RecordBatch]:
         position = start
         chunk_size = FIRST_READ_BYTES
         while limit - position >= HEADER_SIZE_UP_TO_MAGIC:
-            chunk = os.pread(self._fd, min(chunk_size, limit - position), position)
+            chunk = os.pread(fd, min(chunk_size, limit - position), position)
             chunk_size = min(chunk_size * 2, READ_CHUNK_BYTES)
             consumed = 0
             try:
@@ -146,7 +179,7 @@ class FileRecords:
                     # A batch larger than the chunk: read exactly it, unless it is a
                     # partial tail.
                     size, _magic = batch_size_at(chunk, 0)
-                    data = os.pread(self._fd, size, position) if position + size <= limit else b""
+                    data = os.pread(fd, size, position) if position + size <= limit else b""
                     if len(data) == size:
                         yield read_batch(data, 0, position)
                         consumed = size
@@ -196,9 +229,11 @@ class FileRecords:
         self.path = path
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Close the descriptor; scans already under way finish on their duplicates."""
+        with self._fd_lock:
+            fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def delete_if_exists(self) -> bool:
         self.close()
