@@ -7,8 +7,12 @@ partition log with roll and retention (``log``) and its recovery (``log_loader``
 the log directory with topics, checkpoints and the writer lock (``log_manager``).
 
 This package never imports trio, pyfuse3, pyspark or seglogfs.
+
+``compiled`` tells whether the mypyc-compiled hot modules are in use (see ``_build``).
 """
 
+# First: ``_build`` chooses the compiled or the source modules before any is imported.
+from ._build import SELECTION
 from .batch_builder import build_record_batch
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
 from .errors import (
@@ -37,6 +41,9 @@ from .record_batch import DefaultRecordBatch, LegacyRecordBatch, RecordBatch, it
 from .record_columns import RecordColumns
 from .render import RenderedBatch, render_batch, rendered_size
 from .topic import TopicMetadata, validate_topic_name
+
+compiled: bool = SELECTION.compiled
+"""True when the mypyc-compiled hot modules run; ``SELECTION.reason`` says why not."""
 
 __all__ = [
     "SYSTEM_CLOCK",
@@ -77,6 +84,7 @@ __all__ = [
     "TopicMetadata",
     "UnknownTopicError",
     "build_record_batch",
+    "compiled",
     "iter_batches",
     "load_properties",
     "murmur2",
