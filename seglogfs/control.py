@@ -566,11 +566,13 @@ async def serve(
                 handler_nursery=nursery,
             )
     finally:
-        await listener.aclose()
-        # Remove only our own socket: never one a later daemon bound.
+        # No await here: cancellation is how the daemon stops us, and a checkpoint
+        # would raise Cancelled before the socket file is gone. Remove only our own
+        # socket, never one a later daemon bound.
         with contextlib.suppress(FileNotFoundError):
             if path.lstat().st_ino == bound:
                 path.unlink()
+        listener_socket.close()
 
 
 __all__ = [
