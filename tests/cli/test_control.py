@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -255,10 +256,9 @@ async def test_concurrent_producers_get_distinct_contiguous_offsets(
                 )
                 results.extend(written)
 
-        async with serving(log_dir, manager):
-            async with trio.open_nursery() as nursery:
-                for n in range(4):
-                    nursery.start_soon(producer, n)
+        async with serving(log_dir, manager), trio.open_nursery() as nursery:
+            for n in range(4):
+                nursery.start_soon(producer, n)
         ranges = sorted((first, last) for _p, first, last in results)
         assert len(ranges) == 80
         assert all(last - first == 4 for first, last in ranges)
@@ -283,7 +283,7 @@ async def test_cli_in_a_subprocess_goes_through_the_daemon(
 ) -> None:
     env = {**os.environ, "SEGLOG_LOG_DIR": str(log_dir)}
 
-    async def seglogfs(*args: str, stdin: bytes = b"") -> trio.CompletedProcess[bytes]:
+    async def seglogfs(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
         return await trio.run_process(
             [str(SCRIPT), *args],
             stdin=stdin,
@@ -307,9 +307,7 @@ async def test_cli_in_a_subprocess_goes_through_the_daemon(
             assert again.stderr == (
                 b"seglogfs topics create: error: topic 'orders' already exists\n"
             )
-            produced = await seglogfs(
-                "produce", "orders", "-p", "1", stdin=b"one\ntwo\nthree\n"
-            )
+            produced = await seglogfs("produce", "orders", "-p", "1", stdin=b"one\ntwo\nthree\n")
             assert produced.returncode == 0, produced.stderr
             assert [r.value for r in manager.log("orders", 1).records(0)] == [
                 b"one",
@@ -326,7 +324,8 @@ async def test_cli_in_a_subprocess_goes_through_the_daemon(
             assert manager.topic("orders").overrides == {"retention.ms": "5"}
             bad = await seglogfs("topics", "alter", "orders", "--add-config", "nope=1")
             assert bad.returncode == 2
-            assert b"nope" in bad.stderr and b"Traceback" not in bad.stderr
+            assert b"nope" in bad.stderr
+            assert b"Traceback" not in bad.stderr
             # A read-only command works beside the daemon, directly on the files.
             consumed = await seglogfs("consume", "orders", "-p", "1")
             assert consumed.stdout == b"one\ntwo\nthree\n"
