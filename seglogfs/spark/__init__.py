@@ -1,0 +1,41 @@
+"""seglogfs.spark: the ``seglog`` PySpark data source and sink.
+
+One call registers it::
+
+    from seglogfs.spark import register
+    register(spark)
+    df = spark.read.format("seglog").option("subscribe", "orders").load("/var/lib/seglog")
+
+The schema and options are those of Spark's built-in Kafka source and sink (see
+``options``, ``reader``, ``stream`` and ``writer``). Readers read the segment files
+directly (the log directory must be at the same path on every node); writers append
+through the daemon when one owns the directory, else through the engine's writer lock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import DataLossError, OptionError, SeglogSparkError, SinkError
+from .source import SeglogDataSource
+
+__all__ = [
+    "DataLossError",
+    "OptionError",
+    "SeglogDataSource",
+    "SeglogSparkError",
+    "SinkError",
+    "register",
+]
+
+
+def register(spark: Any) -> None:
+    """Register the ``seglog`` format with ``spark`` (a ``SparkSession``).
+
+    Also turns on Spark's Python filter pushdown
+    (``spark.sql.python.filterPushdown.enabled``): Spark refuses to plan a Python
+    source that accepts pushed filters while it is off, and the source uses them to
+    skip partitions and offsets.
+    """
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(SeglogDataSource)

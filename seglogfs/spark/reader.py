@@ -1,0 +1,404 @@
+"""Batch reads: plan offset ranges on the driver, read them from segment files in tasks.
+
+Planning (``SeglogBatchReader.partitions``, in Spark's planner process) opens the log
+directory read-only, resolves the subscription and the starting/ending offsets to one
+``OffsetRange`` per topic-partition (split further for ``minPartitions``, as Kafka's
+``KafkaOffsetRangeCalculator`` does), and narrows them with the filters Spark pushes
+down. Each task (``read_offset_range``) then reads its range straight from the segment
+files through a read-only ``LogManager`` (no daemon, no socket: readers never need the
+writer) and yields Arrow record batches built from the engine's columns.
+
+Filter pushdown (Spark 4.1+ ``pushFilters``, enabled by ``register``): ``topic`` and
+``partition`` (=, IN, comparisons) select partitions and ``offset`` comparisons narrow
+ranges exactly, so Spark does not re-check them; ``timestamp >=``/``>`` moves each
+range's start to the first record at or after that time through the time index, and
+Spark still re-checks it (record timestamps need not be monotonic). Other filters are
+left to Spark.
+
+Thread-safety: a reader object is used by one Spark planner or task at a time. The
+per-process ``LogManager`` cache is guarded by a lock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    IsNotNull,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from storage import LogManager, OffsetOutOfRangeError, RecordColumns, StorageError
+
+from .arrow import arrow_batches
+from .errors import DataLossError, OptionError
+from .options import (
+    PartitionOffsets,
+    ReadOptions,
+    TopicPartition,
+    partition_counts,
+    resolve_ending_offsets,
+    resolve_starting_offsets,
+)
+
+
+@dataclass(frozen=True)
+class OffsetRange(InputPartition):
+    """Records ``[start, end)`` of one topic-partition: one Spark task's input."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    min_timestamp: int | None = None  # pushed down: start at the first record at/after it
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+_managers: dict[str, LogManager] = {}
+_managers_lock = threading.Lock()
+
+
+def shared_manager(log_dir: str) -> LogManager:
+    """A read-only ``LogManager`` of ``log_dir``, opened once per process and refreshed
+    at every call so that it sees what the writer appended since.
+
+    Spark reuses its Python workers across tasks, so the cost of opening every
+    partition is paid once per worker, and each task then pays one ``refresh``.
+
+    Raises:
+        StorageError: the directory does not exist or its metadata is unreadable.
+    """
+    with _managers_lock:
+        manager = _managers.get(log_dir)
+        if manager is None:
+            manager = LogManager.open(log_dir, read_only=True)
+            _managers[log_dir] = manager
+        else:
+            manager.refresh()
+        return manager
+
+
+def engine_columns(
+    manager: LogManager, r: OffsetRange, *, fail_on_data_loss: bool
+) -> Iterator[RecordColumns]:
+    """The columns of every consumer-visible record of ``r``, one engine batch at a time.
+
+    Control batches (transaction markers) are skipped, as a Kafka consumer skips them;
+    compaction gaps are simply absent. Records removed by retention before or while
+    the range is read are data loss: ``DataLossError`` when ``fail_on_data_loss``,
+    else the read continues at the oldest retained record.
+
+    Cost: O(log n) to position, then sequential.
+
+    Raises:
+        DataLossError: see above.
+        CorruptRecordError: a batch fails its CRC (never served).
+    """
+    log = manager.log(r.topic, r.partition)
+    start, end = r.start, r.end
+    if r.min_timestamp is not None:
+        found = log.offset_for_timestamp(r.min_timestamp)
+        start = max(start, end if found is None else found)
+    while start < end:
+        if start < log.log_start_offset:
+            if fail_on_data_loss:
+                raise DataLossError(
+                    r.topic, r.partition, start, min(end, log.log_start_offset),
+                    f"are below the log start offset {log.log_start_offset}",
+                )  # fmt: skip
+            start = log.log_start_offset
+            continue
+        if log.log_end_offset < end:
+            if fail_on_data_loss:
+                raise DataLossError(
+                    r.topic, r.partition, max(start, log.log_end_offset), end,
+                    f"are past the log end offset {log.log_end_offset}",
+                )  # fmt: skip
+            end = log.log_end_offset
+            continue
+        try:
+            for batch in log.batches(start):
+                if batch.base_offset >= end:
+                    return
+                if batch.is_control:
+                    start = batch.next_offset
+                    continue
+                columns = batch.columns()
+                if batch.base_offset < start or batch.last_offset >= end:
+                    columns = columns.slice(start, end)
+                start = batch.next_offset
+                if len(columns):
+                    yield columns
+            return
+        except OffsetOutOfRangeError:
+            # Retention moved the log start past ``start`` between the check and the
+            # read: the loop reports it (or skips ahead) like any other loss.
+            continue
+
+
+def read_offset_range(
+    log_dir: str, r: OffsetRange, *, include_headers: bool, fail_on_data_loss: bool
+) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of ``r``, read from the segment files in this process."""
+    if r.start >= r.end:
+        return iter(())
+    manager = shared_manager(log_dir)
+    columns = engine_columns(manager, r, fail_on_data_loss=fail_on_data_loss)
+    return arrow_batches(r.topic, r.partition, columns, include_headers=include_headers)
+
+
+def split_ranges(ranges: Sequence[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """Split ranges so that there are at least ``min_partitions``, each range into parts
+    in proportion to its size (Kafka's ``KafkaOffsetRangeCalculator``). Empty ranges
+    are dropped.
+
+    Cost: O(ranges + parts).
+    """
+    ranges = [r for r in ranges if r.size > 0]
+    if min_partitions is None or len(ranges) >= min_partitions:
+        return ranges
+    total = sum(r.size for r in ranges)
+    result = []
+    for r in ranges:
+        parts = max(round(r.size / total * min_partitions), 1)
+        step = r.size / parts
+        bounds = [r.start + round(i * step) for i in range(parts)] + [r.end]
+        result += [
+            OffsetRange(r.topic, r.partition, lo, hi, r.min_timestamp)
+            for lo, hi in itertools.pairwise(bounds)
+            if hi > lo
+        ]
+    return result
+
+
+def _millis(value: Any) -> int | None:
+    # Spark hands timestamp literals over as aware datetimes (UTC).
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return int(value.timestamp() * 1000)  # floor to ms: Spark re-checks the filter
+    return None
+
+
+@dataclass
+class Pushdown:
+    """What the pushed filters allow: topic and partition sets, an offset interval and
+    a minimum timestamp, all of them ANDed."""
+
+    topics: set[str] | None = None
+    partitions: set[int] | None = None
+    min_offset: int = 0
+    max_offset: int | None = None  # exclusive
+    min_timestamp: int | None = None
+    partition_bounds: list[tuple[int, int | None]] = field(default_factory=list)
+
+    def accept(self, f: Filter) -> bool:
+        """Record ``f`` if it narrows the read; True when it is applied exactly (Spark
+        need not evaluate it again)."""
+        column = getattr(f, "attribute", None)
+        if column == ("topic",):
+            if isinstance(f, EqualTo) and isinstance(f.value, str):
+                return self._topics({f.value})
+            if isinstance(f, In) and all(isinstance(v, str) for v in f.value):
+                return self._topics(set(f.value))
+        elif column == ("partition",):
+            return self._partition_filter(f)
+        elif column == ("offset",):
+            return self._offset_filter(f)
+        elif column == ("timestamp",) and isinstance(f, GreaterThan | GreaterThanOrEqual):
+            ms = _millis(f.value)
+            if ms is not None:
+                self.min_timestamp = max(self.min_timestamp or ms, ms)
+            return False
+        # These columns are never null.
+        return isinstance(f, IsNotNull) and column in (("topic",), ("partition",), ("offset",))
+
+    def _topics(self, topics: set[str]) -> bool:
+        self.topics = topics if self.topics is None else self.topics & topics
+        return True
+
+    def _partitions(self, partitions: set[int]) -> bool:
+        self.partitions = partitions if self.partitions is None else self.partitions & partitions
+        return True
+
+    def _partition_filter(self, f: Filter) -> bool:
+        if isinstance(f, EqualTo) and isinstance(f.value, int):
+            return self._partitions({f.value})
+        if isinstance(f, In) and all(isinstance(v, int) for v in f.value):
+            return self._partitions(set(f.value))
+        value = getattr(f, "value", None)
+        if not isinstance(value, int):
+            return False
+        # Kafka has at most 2^31 partitions; comparisons become a set over that bound.
+        lo, hi = {
+            GreaterThan: (value + 1, None),
+            GreaterThanOrEqual: (value, None),
+            LessThan: (0, value),
+            LessThanOrEqual: (0, value + 1),
+        }.get(type(f), (None, None))
+        if lo is None and hi is None:
+            return False
+        self.partition_bounds.append((lo or 0, hi))
+        return True
+
+    def partition_allowed(self, partition: int) -> bool:
+        if self.partitions is not None and partition not in self.partitions:
+            return False
+        return all(
+            lo <= partition and (hi is None or partition < hi) for lo, hi in self.partition_bounds
+        )
+
+    def _offset_filter(self, f: Filter) -> bool:
+        value = getattr(f, "value", None)
+        if isinstance(f, In):
+            values = [v for v in f.value if isinstance(v, int)]
+            if len(values) != len(f.value) or not values:
+                return False
+            self._offset_bounds(min(values), max(values) + 1)
+            return False  # the interval covers more than the set: Spark re-checks
+        if not isinstance(value, int):
+            return False
+        if isinstance(f, EqualTo):
+            self._offset_bounds(value, value + 1)
+        elif isinstance(f, GreaterThan):
+            self._offset_bounds(value + 1, None)
+        elif isinstance(f, GreaterThanOrEqual):
+            self._offset_bounds(value, None)
+        elif isinstance(f, LessThan):
+            self._offset_bounds(0, value)
+        elif isinstance(f, LessThanOrEqual):
+            self._offset_bounds(0, value + 1)
+        else:
+            return False
+        return True
+
+    def _offset_bounds(self, lo: int, hi: int | None) -> None:
+        self.min_offset = max(self.min_offset, lo)
+        if hi is not None:
+            self.max_offset = hi if self.max_offset is None else min(self.max_offset, hi)
+
+    def narrow(self, r: OffsetRange) -> OffsetRange | None:
+        """``r`` restricted by the filters, or None when nothing of it can match."""
+        if self.topics is not None and r.topic not in self.topics:
+            return None
+        if not self.partition_allowed(r.partition):
+            return None
+        start = max(r.start, self.min_offset)
+        end = r.end if self.max_offset is None else min(r.end, self.max_offset)
+        if end <= start:
+            return None
+        return OffsetRange(r.topic, r.partition, start, end, self.min_timestamp)
+
+
+class SeglogBatchReader(DataSourceReader):
+    """The batch reader of the ``seglog`` source (see the module docstring).
+
+    Picklable: Spark ships it to its tasks; it holds options and pushed filters only.
+    """
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self.pushdown = Pushdown()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for f in filters:
+            if not self.pushdown.accept(f):
+                yield f
+
+    def offset_ranges(self, manager: LogManager) -> list[OffsetRange]:
+        """The planned ranges (before ``minPartitions``), one per topic-partition.
+
+        Raises:
+            OptionError: offsets out of order or assigned partitions that do not exist.
+            DataLossError: starting offsets below a log start with ``failOnDataLoss``.
+        """
+        opts = self.opts
+        counts = partition_counts(manager)
+        tps = opts.subscription.topic_partitions(counts)
+        missing = sorted(set(opts.subscription.assigned) - set(tps))
+        if missing:
+            raise OptionError(
+                "assign",
+                ", ".join(f"{t}-{p}" for t, p in missing),
+                "these partitions do not exist in " + opts.log_dir,
+            )
+        tps = [tp for tp in tps if self.pushdown.narrow(OffsetRange(*tp, 0, 1 << 62)) is not None]
+        starts = resolve_starting_offsets(opts, manager, tps)
+        ends = resolve_ending_offsets(opts, manager, tps)
+        return [self._range(manager, tp, starts, ends) for tp in tps]
+
+    def _range(
+        self,
+        manager: LogManager,
+        tp: TopicPartition,
+        starts: PartitionOffsets,
+        ends: PartitionOffsets,
+    ) -> OffsetRange:
+        start, end = starts[tp], ends[tp]
+        log = manager.log(*tp)
+        if start < log.log_start_offset:
+            if self.opts.fail_on_data_loss:
+                raise DataLossError(
+                    tp[0], tp[1], start, log.log_start_offset,
+                    f"are below the log start offset {log.log_start_offset}",
+                )  # fmt: skip
+            start = log.log_start_offset
+        if end > log.log_end_offset:
+            raise OptionError(
+                "endingOffsets", end,
+                f"past the log end offset {log.log_end_offset} of {tp[0]}-{tp[1]}",
+            )  # fmt: skip
+        if start > end:
+            raise OptionError(
+                "startingOffsets", start,
+                f"after the ending offset {end} of {tp[0]}-{tp[1]}",
+            )  # fmt: skip
+        return OffsetRange(tp[0], tp[1], start, end)
+
+    def partitions(self) -> list[InputPartition]:
+        manager = open_read_only(self.opts.log_dir)
+        try:
+            planned = self.offset_ranges(manager)
+        finally:
+            manager.close()
+        narrowed = [n for r in planned if (n := self.pushdown.narrow(r)) is not None]
+        return list(split_ranges(narrowed, self.opts.min_partitions))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, OffsetRange):
+            return iter(())  # Spark's single placeholder partition of an empty plan
+        return read_offset_range(
+            self.opts.log_dir,
+            partition,
+            include_headers=self.opts.include_headers,
+            fail_on_data_loss=self.opts.fail_on_data_loss,
+        )
+
+
+def open_read_only(log_dir: str) -> LogManager:
+    """Open ``log_dir`` read-only for planning, with a clear error if it is missing.
+
+    Raises:
+        OptionError: the path is not a log directory.
+    """
+    try:
+        return LogManager.open(log_dir, read_only=True)
+    except StorageError as exc:
+        raise OptionError("path", log_dir, str(exc)) from exc

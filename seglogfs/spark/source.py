@@ -1,0 +1,64 @@
+"""The ``seglog`` data source: Spark's entry point to readers and writers.
+
+Spark creates a ``SeglogDataSource`` with the query's options in a planner process
+and asks it for the schema and a batch or stream reader or writer; those objects are
+then pickled to the tasks. Options are checked here, so a mistake fails the query
+while it is planned, with a message naming the option.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
+from pyspark.sql.types import StructType
+
+from .arrow import spark_schema
+from .errors import OptionError, SinkError
+from .options import ReadOptions
+from .reader import SeglogBatchReader
+from .stream import SeglogStreamReader
+from .writer import SeglogBatchWriter, SeglogStreamWriter, check_sink_schema
+
+
+class SeglogDataSource(DataSource):
+    """``spark.read.format("seglog").option("subscribe", T).load(LOGDIR)`` and the
+    matching ``readStream``, ``write`` and ``writeStream`` (see ``seglogfs.spark``)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "seglog"
+
+    def schema(self) -> StructType:
+        include_headers = str(self.options.get("includeHeaders", "false")).strip().lower()
+        return spark_schema(include_headers == "true")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return SeglogBatchReader(ReadOptions.parse(dict(self.options), streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return SeglogStreamReader(ReadOptions.parse(dict(self.options), streaming=True))
+
+    def _sink(self, schema: StructType) -> tuple[str, str | None]:
+        options = {k.lower(): v for k, v in self.options.items()}
+        log_dir = options.get("path")
+        if not log_dir:
+            raise OptionError("path", None, "give the log directory: .save(LOGDIR)")
+        topic = options.get("topic")
+        check_sink_schema(schema, topic)
+        return log_dir, topic
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise SinkError("a seglog topic is append-only: use mode('append')")
+        log_dir, topic = self._sink(schema)
+        return SeglogBatchWriter(log_dir, topic)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        log_dir, topic = self._sink(schema)
+        checkpoint = {k.lower(): v for k, v in self.options.items()}.get("checkpointlocation")
+        return SeglogStreamWriter(log_dir, topic, checkpoint)

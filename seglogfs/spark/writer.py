@@ -1,0 +1,568 @@
+"""The sink: batch and streaming writes of Kafka-sink rows into topics.
+
+Rows have Spark's Kafka sink columns: ``value`` (binary or string, required), ``key``
+(binary or string), ``topic`` (string; the ``topic`` option overrides it), ``partition``
+(int; null or absent means "let the partitioner choose") and ``headers``
+(``array<struct<key: string, value: binary>>``). Other columns are ignored.
+
+Why tasks do not append themselves: a log directory has one writer process (the
+engine's lock, or the FUSE daemon that holds it), and a streaming sink must not
+append a micro-batch twice when Spark replays it after a failure, which only the
+driver can tell (it alone learns the batch id, in ``commit``). So each task *stages*
+its rows in an Arrow IPC file under ``LOGDIR/.seglog-spark/staging/`` (the log
+directory is shared by every node, and Kafka never uses the name), and the driver's
+``commit`` appends the staged rows, partitioned as Kafka's producer does
+(``partition_for_key`` for keyed rows, a sticky partition per staged Arrow batch for
+keyless ones), either through the daemon's control socket when a daemon owns the
+directory or through a writable ``LogManager`` (the writer lock) otherwise.
+
+Exactly once for streaming (the order of steps matters; a crash can strike anywhere):
+
+1. ``LOGDIR/.seglog-spark/sinks/<id>.json`` (``id`` from the query's checkpoint
+   location, so a restarted query finds it) holds the last committed batch id. A batch
+   at or below it is a replay: its staged files are dropped, nothing is appended.
+2. Before appending, the sink durably records the *intent*: the batch id, its staged
+   files and the log end offset of every partition it will append to.
+3. It appends each partition's rows, fsyncs the logs (direct path), then durably
+   records the batch id as committed and only then deletes the staged files.
+
+A crash after step 2 leaves the intent: the replayed batch (Spark re-runs it with the
+same id) completes the *recorded* files, not the replay's (keyless rows may pick other
+partitions; the keyless sticky choice is seeded by the staged file's name so that a
+re-read groups identically), skipping in each partition the prefix of its rows already
+found in the log after the recorded offset. A batch write (no batch id) has no replay
+to guard against and appends directly.
+
+Thread-safety: Spark calls a writer's ``commit`` from one thread; tasks run ``write``
+in their own processes on their own staged files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import random
+import shutil
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from storage import (
+    Header,
+    LogDirLockedError,
+    LogManager,
+    StickyPartitioner,
+    StorageError,
+    partition_for_key,
+)
+
+from .errors import SinkError
+
+SPARK_DIR: Final = ".seglog-spark"
+"""The sink's directory inside the log directory (a name Kafka never uses)."""
+APPEND_CHUNK: Final = 4096
+"""Records per engine append (or daemon produce) call: bounded memory per call."""
+
+TopicPartition = tuple[str, int]
+Row = tuple[bytes | None, bytes | None, tuple[Header, ...]]  # key, value, headers
+
+_HEADERS_TYPE: Final = pa.list_(
+    pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))
+)
+STAGED_SCHEMA: Final = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("headers", _HEADERS_TYPE),
+    ]
+)
+
+
+def check_sink_schema(schema: StructType, topic_option: str | None) -> None:
+    """Refuse a DataFrame the Kafka sink would refuse, before any task runs.
+
+    Raises:
+        SinkError: naming the column and the types it may have.
+    """
+    fields = {f.name.lower(): f.dataType for f in schema.fields}
+    text_or_bytes = (StringType, BinaryType)
+    if "value" not in fields:
+        raise SinkError("the sink needs a value column (binary or string)")
+    for name in ("key", "value"):
+        if name in fields and not isinstance(fields[name], text_or_bytes):
+            raise SinkError(f"column {name} must be binary or string, not {fields[name]}")
+    if topic_option is None and "topic" not in fields:
+        raise SinkError("give the topic: a topic column (string) or the option topic")
+    if "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise SinkError(f"column topic must be string, not {fields['topic']}")
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise SinkError(f"column partition must be int, not {fields['partition']}")
+    headers = fields.get("headers")
+    if headers is not None and not (
+        isinstance(headers, ArrayType)
+        and isinstance(headers.elementType, StructType)
+        and [f.name for f in headers.elementType.fields] == ["key", "value"]
+        and isinstance(headers.elementType.fields[0].dataType, StringType)
+        and isinstance(headers.elementType.fields[1].dataType, BinaryType)
+    ):
+        raise SinkError(
+            f"column headers must be array<struct<key: string, value: binary>>, not {headers}"
+        )
+
+
+def _column(batch: pa.RecordBatch, name: str) -> pa.Array | None:
+    for i, column_name in enumerate(batch.schema.names):
+        if column_name.lower() == name:
+            return batch.column(i)
+    return None
+
+
+def staged_batch(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
+    """One input batch normalised to ``STAGED_SCHEMA`` (strings to bytes, the topic
+    option applied, missing columns as nulls).
+
+    Raises:
+        SinkError: a null topic with no topic option.
+    """
+    n = batch.num_rows
+    value = _column(batch, "value")
+    assert value is not None, "check_sink_schema ran on the driver"
+    key = _column(batch, "key")
+    topic = _column(batch, "topic")
+    partition = _column(batch, "partition")
+    headers = _column(batch, "headers")
+    if topic_option is not None:
+        topic = pa.repeat(pa.scalar(topic_option, pa.string()), n)
+    elif topic is None or topic.null_count:
+        raise SinkError("a row has a null topic and the option topic is not set")
+    return pa.RecordBatch.from_arrays(
+        [
+            topic.cast(pa.string()),
+            pa.nulls(n, pa.int32()) if partition is None else partition.cast(pa.int32()),
+            pa.nulls(n, pa.binary()) if key is None else key.cast(pa.binary()),
+            value.cast(pa.binary()),
+            pa.nulls(n, _HEADERS_TYPE) if headers is None else headers.cast(_HEADERS_TYPE),
+        ],
+        schema=STAGED_SCHEMA,
+    )
+
+
+@dataclass
+class StagedFile(WriterCommitMessage):
+    """A task's commit message: where it staged its rows and how many."""
+
+    path: str
+    rows: int
+
+
+def _write_json_durably(path: Path, document: object) -> None:
+    """Replace ``path`` with ``document``: temp file, fsync, rename, fsync directory.
+
+    A crash leaves either the old or the new content, never a torn file.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(json.dumps(document, indent=1).encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Grouped:
+    """Staged rows grouped by the topic-partition they go to, in staging order."""
+
+    rows: dict[TopicPartition, list[Row]] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return sum(len(rows) for rows in self.rows.values())
+
+
+def group_staged(files: Sequence[str], partition_counts: dict[str, int]) -> Grouped:
+    """Read staged files and choose each row's partition as Kafka's producer does: the
+    row's partition if given, else ``partition_for_key`` of its key, else a sticky
+    partition per staged Arrow batch (seeded by the file name: deterministic).
+
+    Cost: O(rows) Python work (one murmur2 per keyed row).
+
+    Raises:
+        SinkError: an unknown topic, or a partition the topic does not have.
+    """
+    grouped = Grouped()
+    for path in files:
+        sticky: dict[str, StickyPartitioner] = {}
+        rng = random.Random(os.path.basename(path))
+        with pa.memory_map(path) as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                batch = reader.get_batch(i)
+                topics = batch.column(0).to_pylist()
+                partitions = batch.column(1).to_pylist()
+                keys = batch.column(2).to_pylist()
+                values = batch.column(3).to_pylist()
+                headers = batch.column(4).to_pylist()
+                for topic, partition, key, value, row_headers in zip(
+                    topics, partitions, keys, values, headers, strict=True
+                ):
+                    count = partition_counts.get(topic)
+                    if count is None:
+                        raise SinkError(
+                            f"topic {topic!r} does not exist; create it first "
+                            f"(seglogfs topics create {topic})"
+                        )
+                    if partition is None:
+                        if key is not None:
+                            partition = partition_for_key(key, count)
+                        else:
+                            if topic not in sticky:
+                                sticky[topic] = StickyPartitioner(count, rng)
+                            partition = sticky[topic].partition()
+                    elif not 0 <= partition < count:
+                        raise SinkError(
+                            f"partition {partition} does not exist: topic {topic!r} has "
+                            f"{count} partition(s)"
+                        )
+                    hs: tuple[Header, ...] = ()
+                    if row_headers:
+                        hs = tuple((h["key"], h["value"]) for h in row_headers)
+                    grouped.rows.setdefault((topic, partition), []).append((key, value, hs))
+                for partitioner in sticky.values():
+                    partitioner.next_batch()
+    return grouped
+
+
+class _Target:
+    """Where appends go: the daemon's control socket or this process's writer lock."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.manager: LogManager | None = None  # direct path
+        self.reader: LogManager | None = None  # daemon path: reads of what was written
+        self.daemon = _daemon_socket(log_dir) is not None
+        if not self.daemon:
+            try:
+                self.manager = _open_writable(log_dir)
+            except LogDirLockedError:
+                # The lock holder may be a daemon that just started.
+                if _daemon_socket(log_dir) is None:
+                    raise SinkError(
+                        f"log directory {log_dir} is locked by another writer process and "
+                        f"no seglogfs daemon answers on {log_dir / '.seglog.sock'}: stop "
+                        "the other writer, or mount the directory (seglogfs mount) so that "
+                        "writes go through its daemon"
+                    ) from None
+                self.daemon = True
+        if self.daemon:
+            self.reader = LogManager.open(log_dir, read_only=True)
+
+    def view(self) -> LogManager:
+        """A manager to read partition facts and records from (fresh)."""
+        if self.manager is not None:
+            return self.manager
+        assert self.reader is not None
+        self.reader.refresh()
+        return self.reader
+
+    def partition_counts(self) -> dict[str, int]:
+        view = self.view()
+        return {name: view.topic(name).partitions for name in view.topics()}
+
+    def append(self, tp: TopicPartition, rows: Sequence[Row]) -> None:
+        """Append ``rows`` to ``tp`` in chunks of ``APPEND_CHUNK`` records.
+
+        Raises:
+            SinkError: the engine or the daemon refused (the message says why).
+        """
+        for lo in range(0, len(rows), APPEND_CHUNK):
+            chunk = rows[lo : lo + APPEND_CHUNK]
+            keys = [r[0] for r in chunk]
+            values = [r[1] for r in chunk]
+            headers = [r[2] for r in chunk]
+            try:
+                if self.manager is not None:
+                    self.manager.log(*tp).append(
+                        values,
+                        keys=None if keys.count(None) == len(keys) else keys,
+                        headers=None if headers.count(()) == len(headers) else headers,
+                    )
+                else:
+                    _daemon_produce(self.log_dir, tp, chunk)
+            except StorageError as exc:
+                raise SinkError(f"cannot append to {tp[0]}-{tp[1]}: {exc}") from exc
+
+    def flush(self) -> None:
+        """Make the appended records durable (direct path: fsync every dirty log)."""
+        if self.manager is not None:
+            self.manager.flush_dirty_logs()
+
+    def close(self) -> None:
+        for manager in (self.manager, self.reader):
+            if manager is not None:
+                manager.close()
+
+
+def _daemon_socket(log_dir: Path) -> Path | None:
+    from seglogfs.control import daemon_socket
+
+    return daemon_socket(log_dir)
+
+
+def _daemon_produce(log_dir: Path, tp: TopicPartition, rows: Sequence[Row]) -> None:
+    from seglogfs.control import ControlError, produce
+
+    try:
+        produce(log_dir, tp[0], [(k, v, h, None) for k, v, h in rows], partition=tp[1])
+    except ControlError as exc:
+        raise SinkError(f"the daemon refused to append to {tp[0]}-{tp[1]}: {exc.message}") from exc
+
+
+def _open_writable(log_dir: Path) -> LogManager:
+    """A writable manager that keeps the file system's position index in step.
+
+    The FUSE layer indexes rendered byte positions in an extension index; appending
+    without it would leave the index to be rebuilt on the next mount, so the sink
+    opens the directory with the same spec when the engine supports it.
+    """
+    if "extension" in inspect.signature(LogManager.open).parameters:
+        with contextlib.suppress(ImportError):
+            from seglogfs.positions import position_index_spec
+
+            # Called through Any: the keyword is newer than some engine versions.
+            opener: Any = LogManager.open
+            manager: LogManager = opener(log_dir, extension=position_index_spec)
+            return manager
+    return LogManager.open(log_dir)
+
+
+def present_prefix(view: LogManager, tp: TopicPartition, start: int, rows: Sequence[Row]) -> int:
+    """How many leading ``rows`` are already in ``tp`` at or after ``start``.
+
+    The first record equal to ``rows[0]`` (key, value, headers) at or after ``start``
+    begins the run (other writers may have appended before it through a daemon); the
+    run ends at the first record that differs. Cost: O(records after ``start``).
+    """
+    if not rows:
+        return 0
+    log = view.log(*tp)
+    if start >= log.log_end_offset:
+        return 0
+    matched = 0
+    for record in log.records(max(start, log.log_start_offset)):
+        if matched == len(rows):
+            break
+        key, value, headers = rows[matched]
+        if record.key == key and record.value == value and tuple(record.headers) == headers:
+            matched += 1
+        elif matched:
+            break
+    return matched
+
+
+class SinkState:
+    """The durable state of one streaming sink: ``sinks/<id>.json``.
+
+    Layout: ``{"checkpoint": PATH, "committed": BATCH_ID (-1 for none), "pending": null
+    or {"batch": ID, "files": [PATH...], "starts": {"topic": {"p": OFFSET}}}}``.
+    """
+
+    def __init__(self, log_dir: Path, checkpoint: str) -> None:
+        digest = hashlib.sha256(checkpoint.encode("utf-8")).hexdigest()[:24]
+        self.sink_id = digest
+        self.path = log_dir / SPARK_DIR / "sinks" / f"{digest}.json"
+        self.checkpoint = checkpoint
+        try:
+            document = json.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            document = {"committed": -1, "pending": None}
+        except ValueError as exc:
+            raise SinkError(f"sink state {self.path} is unreadable: {exc}") from exc
+        self.committed: int = int(document["committed"])
+        self.pending: dict[str, Any] | None = document.get("pending")
+
+    def save(self) -> None:
+        _write_json_durably(
+            self.path,
+            {"checkpoint": self.checkpoint, "committed": self.committed, "pending": self.pending},
+        )
+
+
+def commit_staged(
+    log_dir: Path, files: Sequence[str], *, state: SinkState | None, batch_id: int | None
+) -> int:
+    """Append the rows of ``files`` (see the module docstring); return how many rows
+    were appended (0 for a replayed batch).
+
+    Raises:
+        SinkError: unknown topic or partition, locked directory, refused append.
+    """
+    if state is not None and batch_id is not None and batch_id <= state.committed:
+        return 0  # a replay of a batch whose rows are already in the log
+    target = _Target(log_dir)
+    try:
+        counts = target.partition_counts()
+        pending = state.pending if state is not None else None
+        resuming = pending is not None and pending["batch"] == batch_id
+        if pending is not None and resuming:
+            files = pending["files"]
+            starts = {
+                (topic, int(p)): int(offset)
+                for topic, partitions in pending["starts"].items()
+                for p, offset in partitions.items()
+            }
+        grouped = group_staged(files, counts)
+        view = target.view()
+        if not resuming:
+            starts = {tp: view.log(*tp).log_end_offset for tp in grouped.rows}
+            if state is not None:
+                starts_json: dict[str, dict[str, int]] = {}
+                for (topic, p), offset in starts.items():
+                    starts_json.setdefault(topic, {})[str(p)] = offset
+                state.pending = {"batch": batch_id, "files": list(files), "starts": starts_json}
+                state.save()  # the intent is durable before the first append
+        appended = 0
+        for tp in sorted(grouped.rows):
+            rows = grouped.rows[tp]
+            skip = present_prefix(target.view(), tp, starts[tp], rows) if resuming else 0
+            target.append(tp, rows[skip:])
+            appended += len(rows) - skip
+        target.flush()
+        if state is not None and batch_id is not None:
+            state.committed = batch_id
+            state.pending = None
+            state.save()  # after the records are durable: from now on a replay is skipped
+        return appended
+    finally:
+        target.close()
+
+
+def _remove_files(paths: Sequence[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+class _Staging:
+    """Staged files of one writer object: ``staging/<group>/<writer uuid>/``."""
+
+    def __init__(self, log_dir: str, group: str) -> None:
+        self.log_dir = log_dir
+        self.group = group
+        self.writer_id = uuid.uuid4().hex
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.log_dir) / SPARK_DIR / "staging" / self.group / self.writer_id
+
+    def stage(self, batches: Iterator[pa.RecordBatch], topic_option: str | None) -> StagedFile:
+        """Write a task's rows to a new staged file (fsynced: the driver may append
+        them after this process is gone)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"{uuid.uuid4().hex}.arrow"
+        rows = 0
+        with open(path, "wb") as f:
+            with pa.ipc.new_file(f, STAGED_SCHEMA) as out:
+                for batch in batches:
+                    if batch.num_rows:
+                        out.write_batch(staged_batch(batch, topic_option))
+                        rows += batch.num_rows
+            f.flush()
+            os.fsync(f.fileno())
+        return StagedFile(str(path), rows)
+
+    def remove_others(self, keep: Sequence[str]) -> None:
+        """Delete every staged file of this group but ``keep``: leftovers of failed
+        task attempts and of earlier runs whose batches are now committed."""
+        root = self.directory.parent
+        kept = set(keep)
+        if not root.is_dir():
+            return
+        for writer_dir in root.iterdir():
+            for path in writer_dir.iterdir():
+                if str(path) not in kept:
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+            with contextlib.suppress(OSError):
+                writer_dir.rmdir()
+
+
+def _files(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
+    return [m.path for m in messages if isinstance(m, StagedFile) and m.rows]
+
+
+class SeglogBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("seglog")``: append-only, at least once (as Kafka's sink)."""
+
+    def __init__(self, log_dir: str, topic: str | None) -> None:
+        self.log_dir = log_dir
+        self.topic = topic
+        self.staging = _Staging(log_dir, "batch")
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self.staging.stage(iterator, self.topic)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        try:
+            commit_staged(Path(self.log_dir), _files(messages), state=None, batch_id=None)
+        finally:
+            shutil.rmtree(self.staging.directory, ignore_errors=True)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        shutil.rmtree(self.staging.directory, ignore_errors=True)
+
+
+class SeglogStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("seglog")``: each micro-batch appended exactly once per
+    checkpoint, replays included (see the module docstring)."""
+
+    def __init__(self, log_dir: str, topic: str | None, checkpoint: str | None) -> None:
+        self.log_dir = log_dir
+        self.topic = topic
+        # Without a checkpoint location Spark uses a temporary one that no restart
+        # reuses, so there is no replay to recognise: a fresh id per query.
+        self.checkpoint = checkpoint or f"temporary:{uuid.uuid4().hex}"
+        self.sink_id = hashlib.sha256(self.checkpoint.encode("utf-8")).hexdigest()[:24]
+        self.staging = _Staging(log_dir, self.sink_id)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return self.staging.stage(iterator, self.topic)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        log_dir = Path(self.log_dir)
+        state = SinkState(log_dir, self.checkpoint)
+        files = _files(messages)
+        commit_staged(log_dir, files, state=state, batch_id=batchId)
+        # Committed (or a replay): no staged file of this sink is needed any more.
+        self.staging.remove_others(keep=[])
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        state = SinkState(Path(self.log_dir), self.checkpoint)
+        pending = state.pending["files"] if state.pending is not None else []
+        _remove_files([f for f in _files(messages) if f not in pending])
