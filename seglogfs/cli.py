@@ -692,10 +692,10 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--key-separator", metavar="SEP", help="lines topics: text between key and value"
     )
-    create.set_defaults(handler=_cmd_topics_create)
+    create.set_defaults(handler=_cmd_topics_create, command_parser=create)
 
     listing = actions.add_parser("list", parents=[log_dir], help="list topic names, one a line")
-    listing.set_defaults(handler=_cmd_topics_list)
+    listing.set_defaults(handler=_cmd_topics_list, command_parser=listing)
 
     describe = actions.add_parser(
         "describe",
@@ -703,7 +703,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="partitions (start/end offsets, segments, size) and config overrides",
     )
     topic_arguments(describe)
-    describe.set_defaults(handler=_cmd_topics_describe)
+    describe.set_defaults(handler=_cmd_topics_describe, command_parser=describe)
 
     alter = actions.add_parser("alter", parents=[log_dir], help="change config overrides")
     topic_arguments(alter)
@@ -713,11 +713,11 @@ def build_parser() -> argparse.ArgumentParser:
     alter.add_argument(
         "--delete-config", action="append", metavar="KEY", help="remove an override (repeatable)"
     )
-    alter.set_defaults(handler=_cmd_topics_alter)
+    alter.set_defaults(handler=_cmd_topics_alter, command_parser=alter)
 
     delete = actions.add_parser("delete", parents=[log_dir], help="delete a topic and its data")
     topic_arguments(delete)
-    delete.set_defaults(handler=_cmd_topics_delete)
+    delete.set_defaults(handler=_cmd_topics_delete, command_parser=delete)
 
     produce = commands.add_parser(
         "produce",
@@ -743,7 +743,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"binary input: each read of up to {RAW_RECORD_BYTES} bytes is one record "
         "(the default for raw topics)",
     )
-    produce.set_defaults(handler=_cmd_produce)
+    produce.set_defaults(handler=_cmd_produce, command_parser=produce)
 
     consume = commands.add_parser(
         "consume",
@@ -775,7 +775,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="plain (the partition file's bytes) or json (one object per record; "
         'bytes that are not UTF-8 as {"base64": ...})',
     )
-    consume.set_defaults(handler=_cmd_consume)
+    consume.set_defaults(handler=_cmd_consume, command_parser=consume)
 
     dump = commands.add_parser(
         "dump",
@@ -811,7 +811,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="largest batch read at an index entry",
     )
-    dump.set_defaults(handler=_cmd_dump)
+    dump.set_defaults(handler=_cmd_dump, command_parser=dump)
 
     verify = commands.add_parser(
         "verify",
@@ -822,7 +822,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("log_dir_positional", nargs="?", metavar="LOGDIR")
     verify.add_argument("-q", "--quiet", action="store_true", help="no progress, no summary")
-    verify.set_defaults(handler=_cmd_verify)
+    verify.set_defaults(handler=_cmd_verify, command_parser=verify)
     return parser
 
 
@@ -849,7 +849,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if arguments and arguments[0] == "mount":
             prog = f"{PROG} mount"
             return _run_mount(arguments[1:])
-        args = build_parser().parse_args(arguments)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(arguments)
+        if extra:
+            # Name the subcommand in the error, as argparse does for its other errors.
+            command_parser = getattr(args, "command_parser", parser)
+            command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
         prog = f"{PROG} {args.command}" + (f" {args.action}" if args.command == "topics" else "")
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
