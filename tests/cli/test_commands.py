@@ -54,7 +54,9 @@ def test_no_command_is_a_usage_error(cli: Cli) -> None:
 def test_unknown_option_is_one_line_and_exit_2(cli: Cli) -> None:
     result = cli("topics", "list", "--bogus")
     assert result.code == 2
-    assert result.err == "seglogfs topics list: error: unrecognized arguments: --bogus (see --help)\n"
+    assert result.err == (
+        "seglogfs topics list: error: unrecognized arguments: --bogus (see --help)\n"
+    )
 
 
 def test_log_dir_from_option_beats_environment(cli: Cli, tmp_path: Path) -> None:
@@ -73,8 +75,7 @@ def test_missing_log_dir_setting_is_a_usage_error(
     result = cli("topics", "list")
     assert result.code == 2
     assert result.err == (
-        "seglogfs topics list: error: no log directory: pass -d/--log-dir or set "
-        "SEGLOG_LOG_DIR\n"
+        "seglogfs topics list: error: no log directory: pass -d/--log-dir or set SEGLOG_LOG_DIR\n"
     )
 
 
