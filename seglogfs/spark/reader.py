@@ -165,21 +165,30 @@ def read_offset_range(
 
 
 def split_ranges(ranges: Sequence[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """Split ranges so that there are at least ``min_partitions``, each range into parts
-    in proportion to its size (Kafka's ``KafkaOffsetRangeCalculator``). Empty ranges
-    are dropped.
+    """Split ranges so that there are at least ``min_partitions`` (when they hold that
+    many records), each range into parts in proportion to its size, as Kafka's
+    ``KafkaOffsetRangeCalculator`` does; the parts left over by rounding go to the
+    ranges with the largest remainders, so the total is never short. Empty ranges are
+    dropped.
 
-    Cost: O(ranges + parts).
+    Cost: O(ranges log ranges + parts).
     """
     ranges = [r for r in ranges if r.size > 0]
     if min_partitions is None or len(ranges) >= min_partitions:
         return ranges
     total = sum(r.size for r in ranges)
+    shares = [r.size / total * min_partitions for r in ranges]
+    parts = [max(int(share), 1) for share in shares]
+    by_remainder = sorted(
+        range(len(ranges)), key=lambda i: shares[i] - int(shares[i]), reverse=True
+    )
+    for i in by_remainder[: max(min_partitions - sum(parts), 0)]:
+        parts[i] += 1
     result = []
-    for r in ranges:
-        parts = max(round(r.size / total * min_partitions), 1)
-        step = r.size / parts
-        bounds = [r.start + round(i * step) for i in range(parts)] + [r.end]
+    for r, n in zip(ranges, parts, strict=True):
+        n = min(n, r.size)
+        step = r.size / n
+        bounds = [r.start + round(i * step) for i in range(n)] + [r.end]
         result += [
             OffsetRange(r.topic, r.partition, lo, hi, r.min_timestamp)
             for lo, hi in itertools.pairwise(bounds)
