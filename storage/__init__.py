@@ -22,16 +22,19 @@ from .errors import (
     CorruptRecordError,
     IndexFullError,
     InvalidOffsetError,
+    InvalidRecordError,
     InvalidTopicError,
     LogDirLockedError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     RecordTooLargeError,
+    SegmentDeletedError,
     StorageError,
     TopicError,
     TopicExistsError,
     UnknownTopicError,
 )
+from .extension_index import ExtensionIndexSpec
 from .log import AppendInfo, Log
 from .log_config import BrokerConfig, LogConfig, load_properties, parse_properties
 from .log_manager import LogManager, PartitionDescription, TopicDescription
@@ -56,9 +59,11 @@ __all__ = [
     "CorruptIndexError",
     "CorruptRecordError",
     "DefaultRecordBatch",
+    "ExtensionIndexSpec",
     "Header",
     "IndexFullError",
     "InvalidOffsetError",
+    "InvalidRecordError",
     "InvalidTopicError",
     "LegacyRecordBatch",
     "Log",
@@ -74,6 +79,7 @@ __all__ = [
     "RecordColumns",
     "RecordTooLargeError",
     "RenderedBatch",
+    "SegmentDeletedError",
     "StickyPartitioner",
     "StorageError",
     "SystemClock",

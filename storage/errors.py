@@ -12,6 +12,8 @@ The branches draw these lines:
   child ``SegmentDeletedError``: a read found its segment closed under it (retention
   deleted it, or the log closed); the caller repositions at the log start offset.
 - ``RecordTooLargeError``: a record (batch) over ``max.message.bytes``; nothing appended.
+- ``InvalidRecordError``: a client-built batch that is well-formed bytes but breaks a
+  rule the log enforces (Kafka's ``LogValidator``); nothing appended.
 - ``ConfigError``: a configuration key or value that Kafka would reject.
 - ``TopicError`` and its children: the topic namespace (names, existence).
 - ``LogDirLockedError``: another process already writes this log directory.
@@ -115,6 +117,17 @@ class RecordTooLargeError(StorageError):
         super().__init__(f"record batch of {size} bytes exceeds max.message.bytes={limit}")
         self.size = size
         self.limit = limit
+
+
+class InvalidRecordError(StorageError, ValueError):
+    """A client batch breaks a rule of the log (Kafka's ``InvalidRecordException``):
+    inconsistent offsets and count, a control or transactional batch, a bad sequence."""
+
+    def __init__(self, message: str, position: int = -1) -> None:
+        where = f" (batch at byte {position} of the request)" if position >= 0 else ""
+        super().__init__(f"invalid record batch{where}: {message}")
+        self.reason = message
+        self.position = position
 
 
 class ConfigError(StorageError, ValueError):

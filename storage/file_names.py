@@ -19,6 +19,19 @@ PRODUCER_SNAPSHOT_FILE_SUFFIX = ".snapshot"
 DELETED_FILE_SUFFIX = ".deleted"
 CLEANED_FILE_SUFFIX = ".cleaned"
 SWAP_FILE_SUFFIX = ".swap"
+ENGINE_FILE_SUFFIXES = frozenset(
+    {
+        LOG_FILE_SUFFIX,
+        INDEX_FILE_SUFFIX,
+        TIME_INDEX_FILE_SUFFIX,
+        TXN_INDEX_FILE_SUFFIX,
+        PRODUCER_SNAPSHOT_FILE_SUFFIX,
+        DELETED_FILE_SUFFIX,
+        CLEANED_FILE_SUFFIX,
+        SWAP_FILE_SUFFIX,
+    }
+)
+"""Suffixes Kafka and the engine give meaning to; an extension index may use none."""
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -53,6 +66,11 @@ def offset_index_file(directory: Path, offset: int, suffix: str = "") -> Path:
 
 def time_index_file(directory: Path, offset: int, suffix: str = "") -> Path:
     return directory / f"{offset:020d}{TIME_INDEX_FILE_SUFFIX}{suffix}"
+
+
+def extension_index_file(directory: Path, offset: int, extension: str, suffix: str = "") -> Path:
+    """The file of a segment's extension index (``extension`` is its spec's suffix)."""
+    return directory / f"{offset:020d}{extension}{suffix}"
 
 
 def offset_from_file_name(name: str) -> int | None:

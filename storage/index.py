@@ -22,13 +22,14 @@ from typing import ClassVar, Self
 
 from .errors import ConfigError, IndexFullError, ReadOnlyLogError
 
-__all__ = ["DEFAULT_MAX_INDEX_SIZE", "AbstractIndex"]
+__all__ = ["DEFAULT_MAX_INDEX_SIZE", "INT32_MAX", "AbstractIndex"]
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
 """Kafka's ``segment.index.bytes`` default: 10 MiB."""
 
 _INT32 = struct.Struct(">i")
-_INT32_MAX = 2**31 - 1
+INT32_MAX = 2**31 - 1
+"""The largest relative offset an index entry can hold."""
 
 # Kafka's warm section is the last 8 KiB of entries (two 4 KiB pages at most): in-sync
 # lookups land there, so only those pages stay hot in the page cache.
@@ -175,9 +176,20 @@ class AbstractIndex(abc.ABC):
         length = os.fstat(self._fd).st_size
         entries = self._count_valid_entries(self._fd, length)
         if entries != self._entries or not isinstance(self._buf, mmap.mmap):
-            self._unmap()
-            if entries:
-                self._buf = mmap.mmap(self._fd, entries * self.ENTRY_SIZE, access=mmap.ACCESS_READ)
+            # Swap in the new mapping in one store; when entries grow, the buffer is
+            # replaced before the count rises, when they shrink, after it falls, so a
+            # concurrent lookup never indexes past the buffer it holds.
+            new_buf = (
+                mmap.mmap(self._fd, entries * self.ENTRY_SIZE, access=mmap.ACCESS_READ)
+                if entries
+                else b""
+            )
+            if entries > self._entries:
+                self._buf = new_buf
+                self._entries = entries
+            else:
+                self._entries = entries
+                self._buf = new_buf
         self._length = length
         self._entries = entries
         self._max_entries = length // self.ENTRY_SIZE
@@ -303,7 +315,7 @@ class AbstractIndex(abc.ABC):
 
     def can_append_offset(self, offset: int) -> bool:
         """True iff ``offset`` fits a relative offset: ``0 <= offset - base <= 2**31 - 1``."""
-        return 0 <= offset - self._base_offset <= _INT32_MAX
+        return 0 <= offset - self._base_offset <= INT32_MAX
 
     # -- file life cycle -------------------------------------------------------------
 
@@ -330,13 +342,17 @@ class AbstractIndex(abc.ABC):
                 f"resizing {self._path} to {rounded} bytes would drop entries "
                 f"({self._entries} entries of {self.ENTRY_SIZE} bytes)"
             )
-        # Unmap before ftruncate: touching a mapped page past a shrunk EOF is a SIGBUS.
-        self._unmap()
-        os.ftruncate(self._fd, rounded)
+        # The new mapping replaces the old one in a single store, so a concurrent lookup
+        # sees one or the other, never a missing buffer (see ``_unmap``). Growing, the
+        # file grows before it is mapped; shrinking, it shrinks after: no mapping of
+        # this index is ever touched past EOF (a SIGBUS).
+        if rounded > self._length:
+            os.ftruncate(self._fd, rounded)
+        self._buf = mmap.mmap(self._fd, rounded, access=mmap.ACCESS_WRITE) if rounded else b""
+        if rounded < self._length:
+            os.ftruncate(self._fd, rounded)
         self._length = rounded
         self._max_entries = rounded // self.ENTRY_SIZE
-        if rounded:
-            self._buf = mmap.mmap(self._fd, rounded, access=mmap.ACCESS_WRITE)
         self._entries_changed()
         return True
 
@@ -476,10 +492,11 @@ class AbstractIndex(abc.ABC):
     # -- helpers for subclasses ------------------------------------------------------
 
     def _unmap(self) -> None:
-        buf = self._buf
+        # Dropped, not closed: a reader thread in the middle of a lookup may hold this
+        # mapping; it stays valid until the last reference goes (CPython unmaps then).
+        # Readers only touch slots below an entry count they read, which every trim
+        # keeps inside the file, so the old mapping never touches a page past EOF.
         self._buf = b""
-        if isinstance(buf, mmap.mmap):
-            buf.close()
 
     def _require_open(self) -> None:
         if self._closed:
@@ -498,20 +515,43 @@ class AbstractIndex(abc.ABC):
             raise IndexFullError(self._path, self._entries)
         return buf
 
-    def _largest_lower_bound_slot(self, target: int, field: struct.Struct, pos: int) -> int:
-        """The last slot whose field (``field`` at byte ``pos`` of the entry) is <= target.
+    def _floor_entry(
+        self, target: int, field: struct.Struct, pos: int, entry: struct.Struct
+    ) -> tuple[int, ...] | None:
+        """The entry (unpacked with ``entry``) of ``_largest_lower_bound_slot``, or None.
 
-        Returns -1 when the index is empty or every entry's field is larger. The field
-        must be non-decreasing over the entries.
+        Slot and entry come from one buffer, so a lookup that races a remap or a close
+        in another thread reads one consistent mapping.
 
         Runtime complexity: O(log n).
         """
-        n = self._entries
+        buf = self._buf
+        slot = self._largest_lower_bound_slot(target, field, pos, buf)
+        if slot < 0:
+            return None
+        found: tuple[int, ...] = entry.unpack_from(buf, slot * self.ENTRY_SIZE)
+        return found
+
+    def _largest_lower_bound_slot(
+        self, target: int, field: struct.Struct, pos: int, buf: mmap.mmap | bytes | None = None
+    ) -> int:
+        """The last slot whose field (``field`` at byte ``pos`` of the entry) is <= target.
+
+        Returns -1 when the index is empty or every entry's field is larger. The field
+        must be non-decreasing over the entries. ``buf`` is the mapping to search
+        (default: the current one).
+
+        Runtime complexity: O(log n).
+        """
+        if buf is None:
+            buf = self._buf
+        size = self.ENTRY_SIZE
+        # Bounded by the buffer taken: a close or remap by another thread between the
+        # two reads can only make this lookup answer "no entry" (a safe hint).
+        n = min(self._entries, len(buf) // size)
         if n == 0:
             return -1
-        buf = self._buf
         unpack = field.unpack_from
-        size = self.ENTRY_SIZE
         lo, hi = 0, n - 1
         first_hot = max(0, n - 1 - self._warm_entries)
         if unpack(buf, first_hot * size + pos)[0] <= target:

@@ -23,10 +23,12 @@ import contextlib
 import logging
 import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .clock import Clock
 from .errors import CorruptIndexError, StorageError
+from .extension_index import ExtensionIndex, ExtensionIndexSpec
 from .file_names import (
     CLEANED_FILE_SUFFIX,
     DELETED_FILE_SUFFIX,
@@ -34,13 +36,13 @@ from .file_names import (
     LOG_FILE_SUFFIX,
     SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
+    extension_index_file,
     log_file,
     offset_from_file_name,
     offset_index_file,
     time_index_file,
 )
 from .file_records import FileRecords
-from .log import Log
 from .log_config import LogConfig
 from .log_segments import LogSegments
 from .offset_index import OffsetIndex
@@ -52,6 +54,17 @@ logger = logging.getLogger(__name__)
 _LOG_SWAP = LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX
 
 
+@dataclass
+class LoadedLog:
+    """What ``load_log`` found: the state a ``Log`` is built from."""
+
+    segments: LogSegments
+    log_start_offset: int
+    recovery_point: int
+    next_offset: int
+    scratch_dirs: list[Path] = field(default_factory=list)
+
+
 def load_log(
     directory: Path,
     config: LogConfig,
@@ -61,8 +74,14 @@ def load_log(
     had_clean_shutdown: bool,
     clock: Clock,
     writable: bool,
-) -> Log:
-    """Open the log in ``directory`` (see the module doc for the steps).
+    extension: ExtensionIndexSpec | None = None,
+) -> LoadedLog:
+    """Load the log in ``directory`` (see the module doc for the steps).
+
+    Offsets are never handed out twice: when what survives recovery ends below the
+    checkpointed ``log_start_offset`` (the tail that a ``DeleteRecords`` or retention
+    had moved past was lost), every segment is deleted and the log restarts at the log
+    start offset, as Kafka's loader does.
 
     Raises:
         StorageError: a read-only open of a directory that does not exist.
@@ -72,30 +91,44 @@ def load_log(
         directory.mkdir(parents=True, exist_ok=True)
         _remove_temporary_files(directory)
         _complete_swaps(directory)
-        _remove_orphan_indexes(directory)
+        _remove_orphan_indexes(directory, extension)
     elif not directory.is_dir():
         raise StorageError(f"log directory {directory} does not exist")
     now = clock.milliseconds()
     segments = LogSegments()
     scratch: list[Path] = []
     for base_offset in _segment_base_offsets(directory):
-        segment = _open_segment(directory, base_offset, config, now, writable, scratch)
+        segment = _open_segment(directory, base_offset, config, now, writable, scratch, extension)
         segments.add(segment)
 
     if not had_clean_shutdown:
-        _recover_from(segments, recovery_point, config, writable, scratch)
+        _recover_from(segments, recovery_point, writable)
+
+    last = segments.last_segment
+    if writable and last is not None and last.read_next_offset() < log_start_offset:
+        logger.warning(
+            "%s: the log ends at offset %d, below its log start offset %d: deleting its "
+            "segments and restarting it at the log start offset",
+            directory.name,
+            last.read_next_offset(),
+            log_start_offset,
+        )
+        for segment in segments.values():
+            segments.remove(segment.base_offset)
+            segment.delete_if_exists()
 
     if len(segments) == 0:
         start = max(log_start_offset, 0)
         if writable:
-            segments.add(LogSegment.open(directory, start, config, now))
+            segments.add(LogSegment.open(directory, start, config, now, extension_spec=extension))
         else:
-            segments.add(_empty_scratch_segment(start, config, now, scratch))
+            segments.add(_empty_scratch_segment(start, config, now, scratch, extension))
+    _load_extensions(segments.values(), config, writable, scratch)
     active = segments.last_segment
     assert active is not None
     if writable:
-        active.offset_index.resize(config.segment_index_bytes)
-        active.time_index.resize(config.segment_index_bytes)
+        for index in active._indexes():
+            index.resize(config.segment_index_bytes)
     next_offset = active.read_next_offset()
     first = segments.first_segment
     assert first is not None
@@ -108,18 +141,31 @@ def load_log(
             for segment in segments.values(recovery_point):
                 segment.flush()
         recovery_point = next_offset
-    log = Log(
-        directory,
-        config,
-        segments,
-        log_start_offset=log_start_offset,
-        recovery_point=recovery_point,
-        next_offset=next_offset,
-        clock=clock,
-        writable=writable,
-    )
-    log._scratch_dirs = scratch
-    return log
+    return LoadedLog(segments, log_start_offset, recovery_point, next_offset, scratch)
+
+
+def _load_extensions(
+    segments: list[LogSegment], config: LogConfig, writable: bool, scratch: list[Path]
+) -> None:
+    # Each segment's extension index must start where the previous one ends; one that
+    # is missing, corrupt or out of step is rebuilt from its log (in scratch space for
+    # a reader), starting at the previous segment's end.
+    expected: int | None = None
+    for segment in segments:
+        extension = segment.extension
+        if extension is None:
+            return
+        if not segment.load_extension(expected):
+            logger.warning(
+                "%s: rebuilding extension index %s", segment.path.parent.name, extension.path
+            )
+            if not writable:
+                _use_scratch_extension(segment, config, scratch)
+            start = expected if expected is not None else max(extension.first_units, 0)
+            segment.rebuild_extension(start)
+        else:
+            segment.write_extension_entry0()
+        expected = segment.extension_end
 
 
 def _segment_base_offsets(directory: Path) -> list[int]:
@@ -172,10 +218,13 @@ def _complete_swaps(directory: Path) -> None:
         logger.info("%s: completed swap of segment %d", directory.name, base_offset)
 
 
-def _remove_orphan_indexes(directory: Path) -> None:
+def _remove_orphan_indexes(directory: Path, extension: ExtensionIndexSpec | None) -> None:
     logs = set(_segment_base_offsets(directory))
+    suffixes: tuple[str, ...] = (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)
+    if extension is not None:
+        suffixes += (extension.suffix,)
     for name in os.listdir(directory):
-        if name.endswith((INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)):
+        if name.endswith(suffixes):
             offset = offset_from_file_name(name)
             if offset is not None and offset not in logs:
                 with contextlib.suppress(FileNotFoundError):
@@ -189,12 +238,15 @@ def _open_segment(
     now: int,
     writable: bool,
     scratch: list[Path],
+    extension: ExtensionIndexSpec | None,
 ) -> LogSegment:
     index_missing = not (
         offset_index_file(directory, base_offset).exists()
         and time_index_file(directory, base_offset).exists()
     )
-    segment = LogSegment.open(directory, base_offset, config, now, writable=writable)
+    segment = LogSegment.open(
+        directory, base_offset, config, now, writable=writable, extension_spec=extension
+    )
     rebuild = index_missing and segment.size > 0
     if not rebuild:
         try:
@@ -211,13 +263,7 @@ def _open_segment(
     return segment
 
 
-def _recover_from(
-    segments: LogSegments,
-    recovery_point: int,
-    config: LogConfig,
-    writable: bool,
-    scratch: list[Path],
-) -> None:
+def _recover_from(segments: LogSegments, recovery_point: int, writable: bool) -> None:
     for segment in segments.values():
         following = segments.higher_segment(segment.base_offset)
         if following is not None and following.base_offset <= recovery_point:
@@ -267,49 +313,86 @@ def _use_scratch_indexes(segment: LogSegment, config: LogConfig, scratch: list[P
     )
 
 
+def _use_scratch_extension(segment: LogSegment, config: LogConfig, scratch: list[Path]) -> None:
+    # As ``_use_scratch_indexes``, for the extension index alone.
+    extension, spec = segment.extension, segment.extension_spec
+    if extension is None or spec is None or extension.writable:
+        return
+    directory = _scratch_dir(scratch) / segment.path.parent.name
+    directory.mkdir(exist_ok=True)
+    extension.close_handler()
+    base = segment.base_offset
+    segment.extension = ExtensionIndex(
+        extension_index_file(directory, base, spec.suffix),
+        base,
+        config.segment_index_bytes,
+        writable=True,
+    )
+
+
 def _empty_scratch_segment(
-    base_offset: int, config: LogConfig, now: int, scratch: list[Path]
+    base_offset: int,
+    config: LogConfig,
+    now: int,
+    scratch: list[Path],
+    extension: ExtensionIndexSpec | None,
 ) -> LogSegment:
-    return LogSegment.open(_scratch_dir(scratch), base_offset, config, now)
+    directory = _scratch_dir(scratch)
+    return LogSegment.open(directory, base_offset, config, now, extension_spec=extension)
 
 
-def refresh_read_only_log(log: Log) -> None:
-    """Bring a read-only log up to date with the writer's files.
+def refresh_segments(
+    directory: Path,
+    segments: LogSegments,
+    config: LogConfig,
+    clock: Clock,
+    scratch: list[Path],
+    extension: ExtensionIndexSpec | None,
+) -> int | None:
+    """Bring a read-only log's segments up to date with the writer's files.
 
     Segments that appeared are opened, those renamed away by retention are closed, the
     newest segments' indexes and sizes are re-read (indexes first, so no entry ever
-    points past the size this reader trusts), and the offsets re-derived.
+    points past the size this reader trusts). Returns the log end offset, or None when
+    the directory is gone (the topic was deleted: the reader keeps what it had).
     """
-    directory = log.dir
-    now = log.clock.milliseconds()
+    now = clock.milliseconds()
     try:
         on_disk = set(_segment_base_offsets(directory))
     except FileNotFoundError:
-        return  # the topic was deleted; keep serving what we had
-    scratch: list[Path] = log._scratch_dirs
+        return None
     if on_disk:
         # Drop segments retention renamed away, and the stand-in empty segment a
         # reader uses before the writer's first segment exists.
-        for segment in log.segments.values():
+        for segment in segments.values():
             if segment.base_offset not in on_disk or segment.path.parent != directory:
-                log.segments.remove(segment.base_offset)
+                segments.remove(segment.base_offset)
                 segment.close_handlers()
-    known = set(log.segments.base_offsets())
-    previous_active = log.segments.last_segment
+    known = set(segments.base_offsets())
+    previous_active = segments.last_segment
     for base_offset in sorted(on_disk - known):
         try:
-            log.segments.add(_open_segment(directory, base_offset, log.config, now, False, scratch))
+            segments.add(
+                _open_segment(directory, base_offset, config, now, False, scratch, extension)
+            )
         except FileNotFoundError:
             continue  # deleted between listdir and open
     refresh_from = previous_active.base_offset if previous_active is not None else 0
-    for segment in log.segments.values(refresh_from):
-        if not segment.offset_index.writable:
-            segment.offset_index.refresh()
-            segment.time_index.refresh()
+    refreshed = segments.values(refresh_from)
+    for segment in refreshed:
+        for index in segment._indexes():
+            if not index.writable:
+                index.refresh()
         segment.log.refresh_size()
-        segment._max_timestamp_and_offset = None
-    active = log.active_segment
-    log._next_offset = active.read_next_offset()
-    first = log.segments.first_segment
-    if first is not None:
-        log.log_start_offset = max(log.log_start_offset, first.base_offset)
+        segment.forget_max_timestamp()
+    if extension is not None:
+        before = segments.lower_segment(refreshed[0].base_offset) if refreshed else None
+        expected = None if before is None else before.extension_end
+        for segment in refreshed:
+            if not segment.load_extension(expected):
+                _use_scratch_extension(segment, config, scratch)
+                segment.rebuild_extension(expected if expected is not None else 0)
+            expected = segment.extension_end
+    active = segments.last_segment
+    assert active is not None
+    return active.read_next_offset()

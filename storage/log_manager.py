@@ -27,7 +27,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +43,7 @@ from .errors import (
     TopicExistsError,
     UnknownTopicError,
 )
+from .extension_index import ExtensionIndexSpec
 from .file_names import (
     CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
@@ -65,6 +66,9 @@ from .topic import (
 logger = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+ExtensionFactory = Callable[[TopicMetadata], ExtensionIndexSpec | None]
+"""Chooses each topic's extension index (or none), e.g. from its format."""
 
 
 @dataclass(frozen=True)
@@ -98,8 +102,10 @@ class LogManager:
         *,
         clock: Clock,
         read_only: bool,
+        extension: ExtensionFactory | None = None,
     ) -> None:
         self.log_dir = log_dir
+        self.extension = extension
         self.broker_config = broker_config
         self.clock = clock
         self.read_only = read_only
@@ -117,8 +123,12 @@ class LogManager:
         *,
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
+        extension: ExtensionFactory | None = None,
     ) -> LogManager:
         """Open the log directory (creating it when writable) and load every log.
+
+        ``extension`` gives each topic's extension index spec (see ``ExtensionIndexSpec``);
+        the engine then keeps that index for every segment of the topic's partitions.
 
         Raises:
             LogDirLockedError: another process writes this log directory.
@@ -134,7 +144,7 @@ class LogManager:
                 raise StorageError(f"log directory {path} does not exist")
         else:
             path.mkdir(parents=True, exist_ok=True)
-        manager = cls(path, broker_config, clock=clock, read_only=read_only)
+        manager = cls(path, broker_config, clock=clock, read_only=read_only, extension=extension)
         if not read_only:
             manager._dir_lock.acquire()
         try:
@@ -171,6 +181,7 @@ class LogManager:
                     had_clean_shutdown=had_clean_shutdown,
                     clock=self.clock,
                     writable=not self.read_only,
+                    extension=self._extension_for(metadata),
                 )
         if not self.read_only:
             self._remove_deleted_topic_dirs()
@@ -180,6 +191,9 @@ class LogManager:
             if had_clean_shutdown:
                 marker.unlink()
                 fsync_directory(self.log_dir)
+
+    def _extension_for(self, metadata: TopicMetadata) -> ExtensionIndexSpec | None:
+        return None if self.extension is None else self.extension(metadata)
 
     def _partition_dirs(self) -> dict[str, set[int]]:
         found: dict[str, set[int]] = {}
@@ -260,6 +274,7 @@ class LogManager:
                     self.log_dir / topic_partition_dir_name(name, partition),
                     log_config,
                     clock=self.clock,
+                    extension=self._extension_for(metadata),
                 )
             fsync_directory(self.log_dir)
             logger.info("created topic %s with %d partition(s)", name, partitions)
@@ -421,6 +436,7 @@ class LogManager:
                                 self.topic_config(topic),
                                 clock=self.clock,
                                 writable=False,
+                                extension=self._extension_for(self._topics[topic]),
                             )
             for log in self._logs.values():
                 log.refresh()

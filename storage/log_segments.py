@@ -56,6 +56,15 @@ class LogSegments:
             segment: LogSegment = self._segments.peekitem(index - 1)[1]
             return segment
 
+    def lower_segment(self, offset: int) -> LogSegment | None:
+        """The last segment with base offset < ``offset``. Cost: O(log n)."""
+        with self._lock:
+            index = self._segments.bisect_left(offset)
+            if index == 0:
+                return None
+            segment: LogSegment = self._segments.peekitem(index - 1)[1]
+            return segment
+
     def higher_segment(self, offset: int) -> LogSegment | None:
         """The first segment with base offset > ``offset``. Cost: O(log n)."""
         with self._lock:

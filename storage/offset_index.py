@@ -67,10 +67,10 @@ class OffsetIndex(AbstractIndex):
         """
         self._require_open()
         base = self._base_offset
-        slot = self._largest_lower_bound_slot(target_offset - base, _INT32, 0)
-        if slot < 0:
+        found = self._floor_entry(target_offset - base, _INT32, 0, _ENTRY)
+        if found is None:
             return base, 0
-        relative, position = _ENTRY.unpack_from(self._buf, slot * 8)
+        relative, position = found
         return base + relative, position
 
     def entry(self, n: int) -> tuple[int, int]:

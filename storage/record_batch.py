@@ -24,7 +24,7 @@ import crc32c
 
 from . import legacy_record
 from .compression import decompress
-from .errors import CorruptRecordError
+from .errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from .record import CompressionType, Record, TimestampType
 from .record_columns import RecordColumns, columns_from_records, decode_record_columns
 
@@ -414,3 +414,80 @@ def iter_batches(buffer: bytes, position: int = 0) -> Iterator[RecordBatch]:
             return
         yield read_batch(buffer, start, position + start)
         start += size
+
+
+# -- client batches: what a broker checks and patches on append --------------------
+
+
+def validate_client_batch(batch: RecordBatch, max_message_bytes: int) -> DefaultRecordBatch:
+    """Check a client-built batch as Kafka's ``LogValidator`` does before an append.
+
+    A v2 batch with a matching CRC, at most ``max_message_bytes``, whose header count
+    equals ``lastOffsetDelta + 1`` and whose records decode to exactly that many, with
+    offset deltas 0, 1, 2, ...; not a control batch, not transactional (the log keeps
+    no transaction state), and with a base sequence when it carries a producer id.
+
+    Cost: one CRC and one decode of the batch.
+
+    Raises:
+        CorruptRecordError: the CRC does not match (or the records do not parse).
+        RecordTooLargeError: the batch exceeds ``max_message_bytes``.
+        InvalidRecordError: any other rule above.
+    """
+    position = batch.position
+    if not isinstance(batch, DefaultRecordBatch):
+        raise InvalidRecordError(
+            f"only v2 batches can be appended, not magic {batch.magic}", position
+        )
+    if not batch.is_valid():
+        raise CorruptRecordError("CRC mismatch", position=position)
+    if batch.size > max_message_bytes:
+        raise RecordTooLargeError(batch.size, max_message_bytes)
+    count_from_offsets = batch.last_offset_delta + 1
+    if count_from_offsets <= 0:
+        raise InvalidRecordError(f"lastOffsetDelta {batch.last_offset_delta} is negative", position)
+    if batch.records_count <= 0:
+        raise InvalidRecordError(f"record count {batch.records_count} is not positive", position)
+    if count_from_offsets != batch.records_count:
+        raise InvalidRecordError(
+            f"lastOffsetDelta {batch.last_offset_delta} does not match the count of "
+            f"{batch.records_count} records",
+            position,
+        )
+    if batch.is_control:
+        raise InvalidRecordError("clients may not write control batches", position)
+    if batch.is_transactional:
+        raise InvalidRecordError("transactional batches are not supported by this log", position)
+    if batch.producer_id >= 0 and batch.base_sequence < 0:
+        raise InvalidRecordError(
+            f"producer id {batch.producer_id} without a base sequence", position
+        )
+    offsets = batch.columns().offsets
+    expected = range(batch.base_offset, batch.base_offset + batch.records_count)
+    if len(offsets) != batch.records_count or list(offsets) != list(expected):
+        raise InvalidRecordError(
+            "the records' offset deltas are not 0, 1, 2, ... up to the count", position
+        )
+    return batch
+
+
+_INT64 = struct.Struct(">q")
+_INT16 = struct.Struct(">h")
+_UINT32 = struct.Struct(">I")
+
+
+def patch_base_offset(raw: bytearray, base_offset: int) -> None:
+    """Set the base offset of the batch in ``raw`` (bytes 0-7, outside the CRC), as a
+    broker assigns offsets to a client batch without re-encoding it."""
+    _INT64.pack_into(raw, 0, base_offset)
+
+
+def patch_log_append_time(raw: bytearray, now: int) -> None:
+    """Mark the v2 batch in ``raw`` LogAppendTime with max timestamp ``now``.
+
+    Both fields are inside the CRC, so the CRC-32C is recomputed.
+    """
+    attributes = _INT16.unpack_from(raw, ATTRIBUTES_OFFSET)[0] | TIMESTAMP_TYPE_MASK
+    _INT16.pack_into(raw, ATTRIBUTES_OFFSET, attributes)
+    _INT64.pack_into(raw, MAX_TIMESTAMP_OFFSET, now)
+    _UINT32.pack_into(raw, CRC_OFFSET, crc32c.crc32c(memoryview(raw)[ATTRIBUTES_OFFSET:]))

@@ -10,9 +10,16 @@ Crash safety: log bytes are written before the index entries that point at them,
 indexes are never trusted over the log: a missing or corrupt index is rebuilt by
 ``recover()``.
 
+An optional extension index (``ExtensionIndexSpec``) is kept in step with the other two:
+created with the segment, fed on append, truncated, trimmed, renamed and deleted with
+it, rebuilt by ``recover``.
+
 Thread-safety: not thread-safe for mutation; the owning ``Log`` serialises appends,
-truncation and roll. Reads (``batches``, ``translate_offset``) may run concurrently
-with an append.
+truncation, roll and close. Reads (``batches_from``, ``translate_offset``, the
+timestamp and extension lookups) may run in any number of threads concurrently with
+an append, a roll or a deletion: lazily loaded facts are computed under the segment's
+own lock, so a reader never overwrites what the writer knows with an older view, and
+a segment closed under a reader makes its reads raise ``SegmentDeletedError``.
 """
 
 from __future__ import annotations
@@ -20,13 +27,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from itertools import chain, dropwhile
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from .errors import CorruptIndexError, CorruptRecordError
+from .errors import CorruptIndexError, CorruptRecordError, SegmentDeletedError, StorageError
+from .extension_index import ExtensionIndex, ExtensionIndexSpec
 from .file_names import (
+    extension_index_file,
     log_file,
     offset_index_file,
     time_index_file,
@@ -39,19 +49,22 @@ from .time_index import TimeIndex
 
 logger = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
-
 
 def _from_offset(offset: int, batches: Iterator[RecordBatch]) -> Iterator[RecordBatch]:
     return dropwhile(lambda batch: batch.last_offset < offset, batches)
 
 
 class AppendedBatch(NamedTuple):
-    """What the segment needs to know of each batch it appends."""
+    """What the segment needs to know of each batch it appends.
 
+    ``units`` is the batch's size in the extension index's units (0 without one).
+    """
+
+    base_offset: int
     last_offset: int
     max_timestamp: int
     size: int
+    units: int = 0
 
 
 class _SegmentFile(Protocol):
@@ -83,19 +96,31 @@ class LogSegment:
         index_interval_bytes: int,
         rolling_jitter_ms: int,
         created_ms: int,
+        extension: ExtensionIndex | None = None,
+        extension_spec: ExtensionIndexSpec | None = None,
     ) -> None:
         self.log = log
         self.offset_index = offset_index
         self.time_index = time_index
+        self.extension = extension
+        self.extension_spec = extension_spec
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.rolling_jitter_ms = rolling_jitter_ms
         self.created_ms = created_ms
         self._bytes_since_last_index_entry = 0
+        # Serialises the lazy loads below between reader threads and the writer.
+        self._lazy_lock = threading.Lock()
         # (max timestamp, shallow offset of it) over the segment; loaded lazily since
         # it costs a scan past the last time-index entry.
         self._max_timestamp_and_offset: TimestampAndOffset | None = None
         self._rolling_based_timestamp: int | None = None
+        self._rolling_based_loaded = False
+        # Extension units: at the segment start (entry 0, or what the log says when
+        # the index has no entry 0), at its end, and appended since the last entry.
+        self.extension_start = 0
+        self.extension_end = 0
+        self._units_since_last_extension_entry = 0
 
     @classmethod
     def open(
@@ -108,9 +133,16 @@ class LogSegment:
         writable: bool = True,
         file_suffix: str = "",
         rolling_jitter_ms: int = 0,
+        extension_spec: ExtensionIndexSpec | None = None,
     ) -> LogSegment:
-        """Open (creating if missing, when writable) the segment at ``base_offset``."""
+        """Open (creating if missing, when writable) the segment at ``base_offset``.
+
+        The extension index, when ``extension_spec`` is given, is opened too; its
+        start and end units are the caller's to settle (``start_extension``,
+        ``load_extension_end``, or ``recover``).
+        """
         log = FileRecords(log_file(directory, base_offset, file_suffix), writable=writable)
+        opened: list[OffsetIndex | TimeIndex | ExtensionIndex] = []
         try:
             offset_index = OffsetIndex(
                 offset_index_file(directory, base_offset, file_suffix),
@@ -118,17 +150,27 @@ class LogSegment:
                 config.segment_index_bytes,
                 writable=writable,
             )
-            try:
-                time_index = TimeIndex(
-                    time_index_file(directory, base_offset, file_suffix),
+            opened.append(offset_index)
+            time_index = TimeIndex(
+                time_index_file(directory, base_offset, file_suffix),
+                base_offset,
+                config.segment_index_bytes,
+                writable=writable,
+            )
+            opened.append(time_index)
+            extension = None
+            if extension_spec is not None:
+                extension = ExtensionIndex(
+                    extension_index_file(
+                        directory, base_offset, extension_spec.suffix, file_suffix
+                    ),
                     base_offset,
                     config.segment_index_bytes,
                     writable=writable,
                 )
-            except BaseException:
-                offset_index.close_handler()
-                raise
         except BaseException:
+            for index in opened:
+                index.close_handler()
             log.close()
             raise
         return cls(
@@ -139,6 +181,8 @@ class LogSegment:
             config.index_interval_bytes,
             rolling_jitter_ms,
             created_ms,
+            extension,
+            extension_spec,
         )
 
     # -- facts -----------------------------------------------------------------------
@@ -157,15 +201,24 @@ class LogSegment:
 
         Cost: the first call scans the batches after the last time-index entry.
         """
-        if self._max_timestamp_and_offset is None:
-            last_ts, last_offset = self.time_index.last_entry
-            best = TimestampAndOffset(last_ts, last_offset)
-            start = self.offset_index.lookup(last_offset)[1] if last_ts >= 0 else 0
-            tail = self.log.largest_timestamp_after(start)
-            if tail.timestamp > best.timestamp:
-                best = tail
-            self._max_timestamp_and_offset = best
-        return self._max_timestamp_and_offset
+        known = self._max_timestamp_and_offset
+        if known is not None:
+            return known
+        with self._lazy_lock:
+            if self._max_timestamp_and_offset is None:
+                last_ts, last_offset = self.time_index.last_entry
+                best = TimestampAndOffset(last_ts, last_offset)
+                start = self._offset_lookup(last_offset)[1] if last_ts >= 0 else 0
+                tail = self.log.largest_timestamp_after(start)
+                if tail.timestamp > best.timestamp:
+                    best = tail
+                self._max_timestamp_and_offset = best
+            return self._max_timestamp_and_offset
+
+    def forget_max_timestamp(self) -> None:
+        """Drop the cached max timestamp (a reader whose writer appended more)."""
+        with self._lazy_lock:
+            self._max_timestamp_and_offset = None
 
     @property
     def max_timestamp(self) -> int:
@@ -186,16 +239,19 @@ class LogSegment:
 
     def first_batch_timestamp(self) -> int | None:
         """Max timestamp of the first batch: what ``segment.ms`` is measured from."""
-        if self._rolling_based_timestamp is None:
-            for batch in self.log.batches(0):
-                self._rolling_based_timestamp = batch.max_timestamp
-                break
+        if not self._rolling_based_loaded:
+            with self._lazy_lock:
+                if not self._rolling_based_loaded:
+                    for batch in self.log.batches(0):
+                        self._rolling_based_timestamp = batch.max_timestamp
+                        self._rolling_based_loaded = True
+                        break
         return self._rolling_based_timestamp
 
     # -- appending -------------------------------------------------------------------
 
     def can_convert_to_relative_offset(self, offset: int) -> bool:
-        return 0 <= offset - self.base_offset <= INT32_MAX
+        return self.offset_index.can_append_offset(offset)
 
     def append(self, data: bytes, batches: Sequence[AppendedBatch]) -> int:
         """Append ``data``: the batches described by ``batches``, back to back.
@@ -211,15 +267,18 @@ class LogSegment:
         # Loaded before the write: a lazy load afterwards would scan the new batches
         # too and index early batches with a later batch's max timestamp.
         current = self.max_timestamp_and_offset()
+        self.first_batch_timestamp()
         position = self.log.append(data)
         batch_position = position
-        for last_offset, max_timestamp, size in batches:
+        for base_offset, last_offset, max_timestamp, size, units in batches:
             if max_timestamp > current.timestamp:
                 current = TimestampAndOffset(max_timestamp, last_offset)
-            if self._rolling_based_timestamp is None and batch_position == 0:
+            if batch_position == 0:
                 self._rolling_based_timestamp = max_timestamp
+                self._rolling_based_loaded = True
             self._max_timestamp_and_offset = current
             self._maybe_index(last_offset, batch_position, size)
+            self._maybe_index_extension(base_offset, units)
             batch_position += size
         return position
 
@@ -233,6 +292,111 @@ class LogSegment:
             self._bytes_since_last_index_entry = 0
         self._bytes_since_last_index_entry += size
 
+    def _maybe_index_extension(self, base_offset: int, units: int) -> None:
+        # An entry marks a batch start once more than ``interval`` units passed since
+        # the previous one; entry 0 (the segment start) is written when the segment is
+        # created. The end moves after the entry: the entry names the batch's start.
+        extension, spec = self.extension, self.extension_spec
+        if extension is None or spec is None:
+            return
+        if self._units_since_last_extension_entry > spec.interval and not extension.is_full:
+            extension.append(base_offset, self.extension_end)
+            self._units_since_last_extension_entry = 0
+        self._units_since_last_extension_entry += units
+        self.extension_end += units
+
+    # -- extension index -----------------------------------------------------------
+
+    def start_extension(self, start_units: int) -> None:
+        """Settle a new segment's start units and write its entry 0 (writable only)."""
+        if self.extension is None:
+            return
+        self.extension_start = self.extension_end = start_units
+        self._units_since_last_extension_entry = 0
+        self.write_extension_entry0()
+
+    def write_extension_entry0(self) -> None:
+        """Write entry 0 (base offset, start units) if the index lacks it (writable)."""
+        extension = self.extension
+        if extension is not None and extension.entries == 0 and extension.writable:
+            extension.append(self.base_offset, self.extension_start)
+
+    def load_extension(self, expected_start: int | None) -> bool:
+        """Derive the start and end units from the index and the log tail.
+
+        ``expected_start`` is the previous segment's end units (None for the oldest
+        segment). Returns False when the index disagrees with it or with the log (the
+        caller rebuilds it with ``rebuild_extension``).
+
+        Cost: O(log n), then ``measure`` of the batches after the last entry.
+        """
+        extension, spec = self.extension, self.extension_spec
+        if extension is None or spec is None:
+            return True
+        first = extension.first_units
+        if first < 0:
+            # No entry 0: a new segment, or one starting at 0 (its entry reads as none).
+            start = 0 if expected_start is None else expected_start
+            if self.size > 0 and start != 0:
+                return False
+        else:
+            start = first
+            if expected_start is not None and first != expected_start:
+                return False
+        last_offset, last_units = extension.last_entry
+        if last_units < 0:
+            last_offset, last_units = self.base_offset, start
+        units = 0
+        try:
+            batches = self.batches_from(last_offset)
+            for i, batch in enumerate(batches):
+                if i == 0 and last_offset != self.base_offset and batch.base_offset != last_offset:
+                    return False  # the last entry does not name a batch start
+                units += spec.measure(batch)
+        except CorruptRecordError:
+            return False
+        self.extension_start = start
+        self.extension_end = last_units + units
+        self._units_since_last_extension_entry = units
+        return True
+
+    def rebuild_extension(self, start_units: int) -> None:
+        """Rebuild the extension index from the log, starting at ``start_units``.
+
+        Cost: ``measure`` of every batch of the segment.
+        """
+        extension, spec = self.extension, self.extension_spec
+        if extension is None or spec is None:
+            return
+        extension.reset()
+        self.start_extension(start_units)
+        for batch in self.log.batches(0):
+            self._maybe_index_extension(batch.base_offset, spec.measure(batch))
+        extension.trim_to_valid_size()
+
+    def extension_floor_by_units(self, units: int) -> tuple[int, int]:
+        """(batch start offset, units before it) of the last entry at or below ``units``;
+        the segment start when there is none. Cost: O(log n)."""
+        try:
+            found = None if self.extension is None else self.extension.floor_by_units(units)
+        except ValueError:
+            raise SegmentDeletedError(self.path) from None
+        return found if found is not None else (self.base_offset, self.extension_start)
+
+    def extension_floor_by_offset(self, offset: int) -> tuple[int, int]:
+        """(batch start offset, units before it) of the last entry at or below ``offset``;
+        the segment start when there is none. Cost: O(log n)."""
+        try:
+            found = None if self.extension is None else self.extension.floor_by_offset(offset)
+        except ValueError:
+            raise SegmentDeletedError(self.path) from None
+        return found if found is not None else (self.base_offset, self.extension_start)
+
+    def _indexes(self) -> tuple[OffsetIndex | TimeIndex | ExtensionIndex, ...]:
+        if self.extension is None:
+            return (self.offset_index, self.time_index)
+        return (self.offset_index, self.time_index, self.extension)
+
     # -- reading ---------------------------------------------------------------------
 
     def batches_from(self, offset: int, starting_position: int = 0) -> Iterator[RecordBatch]:
@@ -241,7 +405,7 @@ class LogSegment:
         Cost: O(log n) index lookup, then a scan of about ``index.interval.bytes``
         before the first batch (of the whole segment when the index entry proves wrong).
         """
-        indexed_offset, position = self.offset_index.lookup(offset)
+        indexed_offset, position = self._offset_lookup(offset)
         if starting_position < position < self.size:
             # Indexes carry no checksum: the entry must name the batch found at its
             # position (same last offset), else it is ignored and the segment scanned.
@@ -256,6 +420,13 @@ class LogSegment:
                 "%s: ignoring wrong index entry (%d, %d)", self.path, indexed_offset, position
             )
         return _from_offset(offset, self.log.batches(starting_position))
+
+    def _offset_lookup(self, offset: int) -> tuple[int, int]:
+        try:
+            return self.offset_index.lookup(offset)
+        except ValueError:
+            # The index was closed: the segment was deleted (or the log closed).
+            raise SegmentDeletedError(self.path) from None
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> OffsetPosition | None:
         """Where the batch holding ``offset`` (or the first after it) starts.
@@ -275,7 +446,7 @@ class LogSegment:
 
         Cost: O(log n) for the last index entry, then a scan of the tail after it.
         """
-        _last_offset, position = self.offset_index.lookup(2**63 - 1)
+        _last_offset, position = self._offset_lookup(2**63 - 1)
         if position >= self.size:
             # The entry names a batch past the valid data (a reader's view of a crashed
             # log hides an invalid tail the on-disk index still covers): scan it all.
@@ -293,7 +464,10 @@ class LogSegment:
         Cost: O(log n) in both indexes, then a scan from the indexed position (from
         the segment start when the time-index entry proves wrong).
         """
-        indexed_timestamp, offset = self.time_index.lookup(timestamp)
+        try:
+            indexed_timestamp, offset = self.time_index.lookup(timestamp)
+        except ValueError:
+            raise SegmentDeletedError(self.path) from None
         if offset != self.base_offset and not self._time_entry_matches(indexed_timestamp, offset):
             logger.warning(
                 "%s: ignoring wrong time index entry (%d, %d)", self.path, indexed_timestamp, offset
@@ -349,23 +523,31 @@ class LogSegment:
             return False
         return True
 
-    def recover(self, *, rebuild_indexes: bool = True) -> int:
+    def recover(self, *, rebuild_indexes: bool = True, extension_start: int | None = None) -> int:
         """Re-validate every batch and cut the log after the last valid one.
 
         Returns the number of bytes cut. A batch is invalid when its header is
         impossible (size, magic), its CRC does not match, its offsets go backwards or
         leave the segment's 32-bit relative range, or (legacy formats) it does not
         decode. A partial batch at the end is cut as well. With ``rebuild_indexes``
-        both indexes are rebuilt from the log on the way; without it (a reader that
-        found plausible indexes) they are kept, since an entry never points past a
-        valid batch. A read-only segment's "cut" only hides the tail from its readers.
+        the indexes are rebuilt from the log on the way and, as Kafka does, the time
+        index ends with the segment's (max timestamp, offset) entry; without it (a
+        reader that found plausible indexes) they are kept, since an entry never points
+        past a valid batch. A read-only segment's "cut" only hides the tail from its
+        readers. The extension index is rebuilt from ``extension_start`` (default: its
+        own entry 0, else 0).
         """
+        start_units = extension_start
+        if start_units is None:
+            first = self.extension.first_units if self.extension is not None else -1
+            start_units = max(first, 0)
         if rebuild_indexes:
             self.offset_index.reset()
             self.time_index.reset()
         self._bytes_since_last_index_entry = 0
         self._max_timestamp_and_offset = TimestampAndOffset(-1, -1)
         self._rolling_based_timestamp = None
+        self._rolling_based_loaded = True
         valid_bytes = 0
         previous_last_offset = self.base_offset - 1
         try:
@@ -404,8 +586,20 @@ class LogSegment:
         truncated = self.log.truncate_to(valid_bytes)
         if rebuild_indexes:
             self.offset_index.trim_to_valid_size()
+            self._append_final_time_entry()
             self.time_index.trim_to_valid_size()
+        if self.extension is not None and self.extension.writable:
+            self.rebuild_extension(start_units)
+        elif self.extension is not None:
+            self.load_extension(extension_start)
         return truncated
+
+    def _append_final_time_entry(self) -> None:
+        # Kafka appends the segment's (max timestamp, offset) on close, roll and
+        # recovery, even into the slot ``is_full`` keeps in reserve for it.
+        max_ts = self.max_timestamp_and_offset()
+        if max_ts.timestamp >= 0:
+            self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, skip_full_check=True)
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose offsets reach ``offset`` or beyond; return bytes removed.
@@ -424,6 +618,12 @@ class LogSegment:
         self._max_timestamp_and_offset = None
         if cut == 0:
             self._rolling_based_timestamp = None
+            self._rolling_based_loaded = False
+        if self.extension is not None:
+            # Entries name batch starts: those at or past the new end went with the cut.
+            self.extension.truncate_to(self.read_next_offset())
+            self.write_extension_entry0()
+            self.load_extension(None)
         return removed
 
     def should_roll(
@@ -450,6 +650,7 @@ class LogSegment:
             or (self.size > 0 and reached_roll_ms)
             or self.offset_index.is_full
             or self.time_index.is_full
+            or (self.extension is not None and self.extension.is_full)
             or not self.can_convert_to_relative_offset(max_offset_in_messages)
         )
 
@@ -466,47 +667,52 @@ class LogSegment:
 
     def on_becoming_inactive(self) -> None:
         """Seal the segment on roll: final time-index entry, indexes trimmed to size."""
-        max_ts = self.max_timestamp_and_offset()
-        if max_ts.timestamp >= 0:
-            # Kafka appends the final (maxTimestamp, offset) entry even if the index is
-            # full; there is always room since ``is_full`` triggered the roll first.
-            self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, skip_full_check=True)
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
+        self._append_final_time_entry()
+        for index in self._indexes():
+            index.trim_to_valid_size()
 
     def flush(self) -> None:
         """fsync the log, then the indexes (log first: indexes are rebuildable)."""
         self.log.flush()
-        self.offset_index.flush()
-        self.time_index.flush()
+        for index in self._indexes():
+            index.flush()
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
         """Rename all three files, e.g. to ``.deleted`` before asynchronous removal.
 
         Open descriptors stay valid, so readers in the middle of a read finish it.
         """
-        parts: tuple[_SegmentFile, ...] = (self.log, self.offset_index, self.time_index)
+        parts: tuple[_SegmentFile, ...] = (self.log, *self._indexes())
         for part in parts:
             renamed = part.path.with_name(part.path.name.removesuffix(old_suffix) + new_suffix)
             with contextlib.suppress(FileNotFoundError):
                 part.rename_to(renamed)
 
     def close(self) -> None:
-        """Close files; a writable segment's indexes are trimmed (Kafka trims on close)."""
-        with contextlib.suppress(CorruptIndexError):
-            self.offset_index.close()
-            self.time_index.close()
-        self.log.close()
+        """Close files. A writable segment first gets Kafka's final time-index entry
+        (its max timestamp) and its indexes are trimmed, so closed files equal Kafka's."""
+        try:
+            if self.time_index.writable and not self.time_index.closed:
+                try:
+                    self._append_final_time_entry()
+                except (StorageError, OSError) as exc:
+                    # Kafka swallows this too: the index is a hint, rebuilt if wrong.
+                    logger.warning("%s: no final time-index entry: %s", self.path, exc)
+            with contextlib.suppress(CorruptIndexError):
+                for index in self._indexes():
+                    index.close()
+        finally:
+            self.close_handlers()
 
     def close_handlers(self) -> None:
         """Release file handles without touching the files (after rename to .deleted)."""
-        self.offset_index.close_handler()
-        self.time_index.close_handler()
+        for index in self._indexes():
+            index.close_handler()
         self.log.close()
 
     def delete_if_exists(self) -> None:
         self.close_handlers()
-        for path in (self.log.path, self.offset_index.path, self.time_index.path):
+        for path in (self.log.path, *(index.path for index in self._indexes())):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 

@@ -84,10 +84,10 @@ class TimeIndex(AbstractIndex):
         Runtime complexity: O(log n).
         """
         self._require_open()
-        slot = self._largest_lower_bound_slot(target_timestamp, _INT64, 0)
-        if slot < 0:
+        found = self._floor_entry(target_timestamp, _INT64, 0, _ENTRY)
+        if found is None:
             return NO_TIMESTAMP, self._base_offset
-        timestamp, relative = _ENTRY.unpack_from(self._buf, slot * 12)
+        timestamp, relative = found
         return timestamp, self._base_offset + relative
 
     def entry(self, n: int) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from storage import (
     RecordTooLargeError,
     TimestampType,
 )
-from storage.errors import CorruptRecordError
+from storage.errors import CorruptRecordError, SegmentDeletedError
 from tests.conftest import ManualClock
 
 
@@ -171,22 +171,45 @@ def test_roll_on_relative_offset_overflow(log_dir: Path, clock: ManualClock) -> 
     log.close()
 
 
-def test_retention_by_time_never_deletes_active(log_dir: Path, clock: ManualClock) -> None:
+def test_retention_by_time_deletes_expired_active_segment_after_rolling(
+    log_dir: Path, clock: ManualClock
+) -> None:
+    # Kafka rolls a non-empty active segment when every segment is expired, then
+    # deletes them all: a quiet partition must not serve expired records forever.
     log = open_log(log_dir, clock, segment_bytes=500, retention_ms=10_000, file_delete_delay_ms=0)
     for i in range(10):
         log.append(values(5, 5 * i))
     count = log.number_of_segments
     assert count > 2
     clock.advance(10_001)
+    assert log.delete_old_segments() == count
+    assert log.number_of_segments == 1
+    assert log.active_segment.size == 0
+    assert log.log_start_offset == log.log_end_offset == 50
+    with pytest.raises(OffsetOutOfRangeError):
+        list(log.records(0))
+    assert list(log.records(50)) == []
+    assert log.append([b"after"]).first_offset == 50
+    assert not [p for p in (log_dir / "t-0").iterdir() if p.name.endswith(".deleted")]
+    log._check()
+    log.close()
+
+
+def test_retention_by_time_keeps_an_active_segment_that_is_not_expired(
+    log_dir: Path, clock: ManualClock
+) -> None:
+    log = open_log(log_dir, clock, segment_bytes=500, retention_ms=10_000, file_delete_delay_ms=0)
+    for i in range(10):
+        log.append(values(5, 5 * i))
+    count = log.number_of_segments
+    clock.advance(10_001)
+    log.append(values(5, 50))  # the active segment now holds a fresh record
     assert log.delete_old_segments() == count - 1
     assert log.number_of_segments == 1
     assert log.log_start_offset == log.active_segment.base_offset
-    with pytest.raises(OffsetOutOfRangeError):
-        list(log.records(0))
-    assert [r.value for r in log.records(log.log_start_offset)] == values(50)[
+    assert [r.value for r in log.records(log.log_start_offset)] == values(55)[
         log.log_start_offset :
     ]
-    assert not [p for p in (log_dir / "t-0").iterdir() if p.name.endswith(".deleted")]
     log._check()
     log.close()
 
@@ -221,7 +244,7 @@ def test_deleted_files_wait_for_delay(log_dir: Path, clock: ManualClock) -> None
     log.close()
 
 
-def test_reader_in_deleted_segment_finishes_it_then_resets_to_earliest(
+def test_reader_in_deleted_segment_finishes_it_then_reports_the_deletion(
     log_dir: Path, clock: ManualClock
 ) -> None:
     log = open_log(log_dir, clock, segment_bytes=500, retention_ms=1000, file_delete_delay_ms=5000)
@@ -234,10 +257,37 @@ def test_reader_in_deleted_segment_finishes_it_then_resets_to_earliest(
     log.delete_old_segments()
     start = log.log_start_offset
     assert start > first_segment_end
-    # The open segment is read to its end, then reading continues at the oldest
-    # retained record, as a consumer with auto.offset.reset=earliest would.
-    expected = list(range(1, first_segment_end)) + list(range(start, 50))
-    assert [r.offset for r in reader] == expected
+    # The open segment is read to its end; then the reader learns that what follows
+    # was deleted, and where the log starts now (auto.offset.reset=earliest).
+    got: list[int] = []
+    with pytest.raises(SegmentDeletedError) as deleted:
+        got.extend(record.offset for record in reader)
+    assert got == list(range(1, first_segment_end))
+    assert deleted.value.offset == first_segment_end
+    assert deleted.value.log_start_offset == start
+    assert isinstance(deleted.value, OffsetOutOfRangeError)
+    log.append(values(2, 50))
+    assert [r.offset for r in log.records(deleted.value.log_start_offset)] == [50, 51]
+    log.close()
+
+
+def test_reader_finishes_a_segment_whose_files_are_gone(log_dir: Path, clock: ManualClock) -> None:
+    # file.delete.delay.ms=0: the segment is closed and unlinked at once. A scan under
+    # way reads on from its own descriptor; a new read of that segment is refused
+    # with the typed error, never with EBADF or another file's bytes.
+    log = open_log(log_dir, clock, segment_bytes=500, file_delete_delay_ms=0)
+    for i in range(10):
+        log.append(values(5, 5 * i))
+    doomed = log.segments.values()[0]
+    second_base = log.segments.values()[1].base_offset
+    reader = log.records(0)
+    assert next(reader).offset == 0
+    log.advance_log_start_offset(second_base)
+    assert log.delete_old_segments() == 1
+    assert not doomed.log.path.exists()
+    assert [r.offset for r in reader] == list(range(1, 50))
+    with pytest.raises(SegmentDeletedError):
+        next(doomed.batches_from(0))
     log.close()
 
 

@@ -21,7 +21,9 @@ def open_segment(directory: Path, base_offset: int, records: int = 0) -> LogSegm
         data = build_record_batch(
             [b"v%d" % i for i in range(records)], timestamps=CREATED_MS, base_offset=base_offset
         )
-        segment.append(data, [AppendedBatch(base_offset + records - 1, CREATED_MS, len(data))])
+        segment.append(
+            data, [AppendedBatch(base_offset, base_offset + records - 1, CREATED_MS, len(data))]
+        )
     return segment
 
 

@@ -13,9 +13,10 @@ import pytest
 from storage.batch_builder import build_record_batch
 from storage.file_names import log_file, offset_index_file, time_index_file
 from storage.file_records import OffsetPosition, TimestampAndOffset
+from storage.index import INT32_MAX
 from storage.log_config import LogConfig
 from storage.record_batch import DefaultRecordBatch
-from storage.segment import INT32_MAX, AppendedBatch, LogSegment
+from storage.segment import AppendedBatch, LogSegment
 
 CREATED_MS = 1_700_000_000_000
 TS = CREATED_MS
@@ -62,7 +63,7 @@ def make_batch(base_offset: int, count: int = 3, ts: int | list[int] = TS, size:
 
 def described(data: bytes) -> AppendedBatch:
     batch = DefaultRecordBatch(data)
-    return AppendedBatch(batch.last_offset, batch.max_timestamp, batch.size)
+    return AppendedBatch(batch.base_offset, batch.last_offset, batch.max_timestamp, batch.size)
 
 
 def append(segment: LogSegment, *batches: bytes) -> int:
@@ -335,6 +336,11 @@ def test_should_roll_on_time_after_reopen_uses_the_first_batch(
     append(segment, make_batch(3, ts=TS + 1000))
     segment.close()
     reopened = open_segment(created_ms=CREATED_MS + 5 * DAY_MS)
+    # Reopened indexes are trimmed (full) until the log makes room, as for Kafka's
+    # active segment; the closed time index ends with the final (max ts, offset) entry.
+    assert reopened.time_index.last_entry == (TS + 1000, 5)
+    for index in (reopened.offset_index, reopened.time_index):
+        index.resize(LogConfig().segment_index_bytes)
     args = neutral_roll_args(reopened)
     assert reopened.first_batch_timestamp() == TS + 7
     assert not reopened.should_roll(**{**args, "max_timestamp_in_messages": TS + 7 + DAY_MS})
