@@ -33,6 +33,7 @@ from storage import (
     DefaultRecordBatch,
     Record,
     RecordBatch,
+    TimestampType,
     iter_batches,
 )
 from storage.compression import decompress
@@ -187,11 +188,19 @@ def _batch_line(batch: RecordBatch, position: int) -> str:
     else:
         head = f"offset: {batch.last_offset}"
     return (
-        f"{head} position: {position} {batch.timestamp_type.display_name}: "
+        f"{head} position: {position} {_timestamp_type(batch).display_name}: "
         f"{batch.max_timestamp} size: {batch.size} magic: {batch.magic} "
         f"compresscodec: {_CODEC_NAMES[batch.codec]} crc: {batch.crc} "  # type: ignore[attr-defined]
         f"isvalid: {_java_bool(batch.is_valid())}"
     )
+
+
+def _timestamp_type(batch: RecordBatch) -> TimestampType:
+    if isinstance(batch, DefaultRecordBatch):
+        return batch.timestamp_type
+    # The legacy entry's own attributes byte (17): LegacyRecordBatch.timestamp_type
+    # reads byte 21, the v2 attributes position, which in a v1 entry is the timestamp.
+    return legacy_entry_header(batch.to_bytes()).timestamp_type
 
 
 def _sequence(batch: DefaultRecordBatch, offset: int) -> int:
@@ -239,7 +248,7 @@ def _record_line(
     prefix = f"{RECORD_INDENT} "
     if not options.skip_record_metadata:
         parts.append(
-            f"{prefix}offset: {record.offset} {batch.timestamp_type.display_name}: "
+            f"{prefix}offset: {record.offset} {_timestamp_type(batch).display_name}: "
             f"{record.timestamp} keySize: {_size(record.key)} valueSize: {_size(record.value)}"
         )
         prefix = " "
