@@ -1,62 +1,97 @@
-"""The quick-start demo: a log directory in Kafka's format, produced to and consumed from.
+"""The quick-start demo: mount a log directory, produce with ``echo``, consume with ``cat``
+and ``tail``, unmount.
 
-Run ``python -m seglogfs.demo [LOGDIR]``. Without LOGDIR a temporary directory is used
-and removed afterwards. (The FUSE mount that turns this into files for ``echo`` and
-``tail -f`` is the next piece of work; this demo drives the storage engine directly.)
+Run ``python -m seglogfs.demo [LOGDIR]`` (``bash .ci/demo`` does it after installing).
+Without LOGDIR a temporary log directory is used and removed afterwards. Every step is a
+real shell command on the mounted file system, printed before it runs, so the output
+reads as a terminal session.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from storage import LogManager, partition_for_key
+MOUNT_TIMEOUT_S = 30.0
 
 
-def run(log_dir: Path) -> None:
-    print(f"log directory: {log_dir}")
-    with LogManager.open(log_dir) as manager:
-        if "orders" not in manager.topics():
-            manager.create_topic("orders", 3, {"segment.bytes": "1024"}, key_separator=":")
-        print("topics:", ", ".join(manager.topics()))
+def _mounted(path: Path) -> bool:
+    target = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == target for line in f)
 
-        lines = [f"customer-{i % 7}:order {i} for {10 + i} EUR" for i in range(60)]
-        print(f"\nproduce {len(lines)} keyed lines (partition = murmur2(key) % 3, as Kafka)")
-        for line in lines:
-            key, _, value = line.partition(":")
-            partition = partition_for_key(key.encode(), 3)
-            manager.log("orders", partition).append([value.encode()], keys=[key.encode()])
 
-        print("\nconsume partition 0 from offset 0:")
-        for record in manager.log("orders", 0).read(0, 5):
-            key = record.key.decode() if record.key else ""
-            value = record.value.decode() if record.value else ""
-            print(f"  offset {record.offset}: {key}:{value}")
-        print("  ...")
+def _shell(command: str) -> None:
+    print(f"$ {command}", flush=True)
+    subprocess.run(["bash", "-c", command], check=True)
 
-        print("\npartitions:")
-        for description in manager.describe_topic("orders").partitions:
-            print(
-                f"  orders-{description.partition}: offsets "
-                f"[{description.log_start_offset}, {description.log_end_offset}), "
-                f"{description.segment_count} segment(s), {description.size} bytes"
-            )
-    print("\nfiles (Kafka's on-disk layout):")
-    for path in sorted((log_dir / "orders-0").iterdir()):
-        print(f"  orders-0/{path.name}  {path.stat().st_size} bytes")
+
+def _mount_command(log_dir: Path, mountpoint: Path) -> list[str]:
+    script = Path(sys.executable).parent / "seglogfs"
+    if script.exists():
+        return [str(script), "mount", str(log_dir), str(mountpoint)]
+    return [sys.executable, "-m", "seglogfs.mount", str(log_dir), str(mountpoint)]
+
+
+def run(log_dir: Path, workdir: Path) -> None:
+    mnt = workdir / "mnt"
+    mnt.mkdir()
+    command = _mount_command(log_dir, mnt)
+    print(f"$ {shlex.join(['seglogfs', *command[-3:]])} &", flush=True)
+    daemon = subprocess.Popen(command)
+    try:
+        deadline = time.monotonic() + MOUNT_TIMEOUT_S
+        while not _mounted(mnt):
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the mount did not come up (exit code {daemon.poll()})")
+            time.sleep(0.05)
+        m = shlex.quote(str(mnt))
+        _shell(f"mkdir {m}/orders")
+        _shell(f"echo 'order 1: 2 coffees' >> {m}/orders/0")
+        _shell(f"printf 'order 2: 1 tea\\norder 3: 3 croissants\\n' >> {m}/orders/0")
+        _shell(f"cat {m}/orders/0")
+        _shell(f"tail -n 1 {m}/orders/0")
+        print(f"$ tail -f -s 0.2 {m}/orders/0 &   # follows new lines", flush=True)
+        tail = subprocess.Popen(["tail", "-f", "-s", "0.2", "-n", "0", str(mnt / "orders" / "0")])
+        try:
+            for i in range(4, 7):
+                time.sleep(0.4)
+                _shell(f"echo 'order {i}: {i} muffins' >> {m}/orders/0")
+            time.sleep(0.6)
+        finally:
+            tail.terminate()
+            tail.wait()
+        _shell(f"cat {m}/orders/0@-2   # a view: the last two records")
+        _shell(f"ls -l {m}/orders && getfattr -d {m}/orders/0")
+        print("$ kill -TERM %1   # unmount: flush, checkpoint, clean shutdown", flush=True)
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(30)
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+        if _mounted(mnt):
+            subprocess.run(["fusermount3", "-uz", str(mnt)], check=False)
+    print(f"\nthe log directory, Kafka's on-disk layout ({log_dir}):", flush=True)
+    for path in sorted(log_dir.rglob("*")):
+        if path.is_file():
+            print(f"  {path.relative_to(log_dir)}  {path.stat().st_size} bytes")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("log_dir", nargs="?", type=Path, help="log directory to use")
+    parser.add_argument("log_dir", nargs="?", type=Path, help="log directory to keep")
     args = parser.parse_args(argv)
-    if args.log_dir is not None:
-        run(args.log_dir)
-        return 0
     with tempfile.TemporaryDirectory(prefix="seglog-demo-") as tmp:
-        run(Path(tmp))
+        log_dir = args.log_dir if args.log_dir is not None else Path(tmp) / "logs"
+        run(log_dir.resolve(), Path(tmp))
     return 0
 
 
