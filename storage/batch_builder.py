@@ -33,6 +33,9 @@ _SMALL = len(SMALL_VARINTS)
 # attributes(0) + timestampDelta(0) + offsetDelta(i) + keyLength(-1): the bytes between a
 # record's length and its value length when it has no key and the batch's timestamp.
 _NULL_KEY_PREFIX = tuple(b"\x00\x00" + v + b"\x01" for v in SMALL_VARINTS)
+# attributes(0) + timestampDelta(0) + offsetDelta(i): the start of any record with the
+# batch's timestamp.
+_RECORD_PREFIX = tuple(b"\x00\x00" + v for v in SMALL_VARINTS)
 _CRC = struct.Struct(">I")
 
 
@@ -135,25 +138,23 @@ def _encode_plain_records(values: Sequence[bytes | None]) -> bytes:
     small = SMALL_VARINTS
     prefixes = _NULL_KEY_PREFIX
     parts: list[bytes] = []
-    extend = parts.extend
-    for i, value in enumerate(values):
+    i = 0
+    for value in values:
         mid = prefixes[i] if i < _SMALL else b"\x00\x00" + encode_varint(i) + b"\x01"
+        i += 1
         if value is None:
-            length = len(mid) + 2
-            extend((small[length], mid, b"\x01\x00"))
+            parts.append(small[len(mid) + 2])
+            parts.append(mid)
+            parts.append(b"\x01\x00")
             continue
         n = len(value)
         value_len = small[n] if n < _SMALL else encode_varint(n)
         length = len(mid) + len(value_len) + n + 1
-        extend(
-            (
-                small[length] if length < _SMALL else encode_varint(length),
-                mid,
-                value_len,
-                value,
-                b"\x00",
-            )
-        )
+        parts.append(small[length] if length < _SMALL else encode_varint(length))
+        parts.append(mid)
+        parts.append(value_len)
+        parts.append(value)
+        parts.append(b"\x00")
     return b"".join(parts)
 
 
@@ -164,25 +165,54 @@ def _encode_records(
     ts_deltas: Sequence[int] | None,
     offset_deltas: Sequence[int] | None,
 ) -> bytes:
+    # Every field goes straight into one list of parts; the record length is summed
+    # from the parts' sizes rather than by joining each record first.
+    small = SMALL_VARINTS
+    prefixes = _RECORD_PREFIX
     parts: list[bytes] = []
-    for i, value in enumerate(values):
+    for i in range(len(values)):
+        offset_delta = offset_deltas[i] if offset_deltas is not None else i
+        ts_delta = ts_deltas[i] if ts_deltas is not None else 0
+        if ts_delta == 0 and 0 <= offset_delta < _SMALL:
+            prefix = prefixes[offset_delta]
+        else:
+            prefix = b"\x00" + encode_varint(ts_delta) + encode_varint(offset_delta)
         key = keys[i] if keys is not None else None
-        fields = [
-            b"\x00",
-            encode_varint(ts_deltas[i] if ts_deltas is not None else 0),
-            encode_varint(offset_deltas[i] if offset_deltas is not None else i),
-        ]
-        _append_bytes_field(fields, key)
-        _append_bytes_field(fields, value)
+        value = values[i]
         record_headers = headers[i] if headers is not None else ()
-        fields.append(encode_varint(len(record_headers)))
-        for header_key, header_value in record_headers:
-            _append_bytes_field(fields, header_key.encode("utf-8"))
-            _append_bytes_field(fields, header_value)
-        body = b"".join(fields)
-        parts.append(encode_varint(len(body)))
-        parts.append(body)
+        header_bytes = _encode_headers(record_headers) if record_headers else b"\x00"
+        length = len(prefix) + len(header_bytes)
+        if key is None:
+            key_len = b"\x01"
+        else:
+            n = len(key)
+            key_len = small[n] if n < _SMALL else encode_varint(n)
+            length += n
+        if value is None:
+            value_len = b"\x01"
+        else:
+            n = len(value)
+            value_len = small[n] if n < _SMALL else encode_varint(n)
+            length += n
+        length += len(key_len) + len(value_len)
+        parts.append(small[length] if length < _SMALL else encode_varint(length))
+        parts.append(prefix)
+        parts.append(key_len)
+        if key is not None:
+            parts.append(key)
+        parts.append(value_len)
+        if value is not None:
+            parts.append(value)
+        parts.append(header_bytes)
     return b"".join(parts)
+
+
+def _encode_headers(headers: Sequence[Header]) -> bytes:
+    fields = [encode_varint(len(headers))]
+    for header_key, header_value in headers:
+        _append_bytes_field(fields, header_key.encode("utf-8"))
+        _append_bytes_field(fields, header_value)
+    return b"".join(fields)
 
 
 def _append_bytes_field(fields: list[bytes], data: bytes | None) -> None:

@@ -19,7 +19,7 @@ Immutable once built; thread-safe.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
@@ -127,12 +127,11 @@ def decode_record_columns(
     if count < 0:
         raise CorruptRecordError(f"negative record count {count}")
     values: list[bytes | None] = []
-    add_value = values.append
     keys: list[bytes | None] | None = None
     offset_deltas: list[int] | None = None
     ts_deltas: list[int] | None = None
     headers: list[tuple[Header, ...]] | None = None
-    start, pos = _decode_plain_values(data, pos, end, count, add_value)
+    start, pos = _decode_plain_values(data, pos, end, count, values)
     for i in range(start, count):
         # length (a record count larger than the records present shows as a record
         # running past ``end`` or an IndexError: no bounds check needed here)
@@ -210,10 +209,10 @@ def decode_record_columns(
         if u & 1:
             if u != 1:
                 raise CorruptRecordError(f"invalid value length {(u >> 1) ^ -(u & 1)}")
-            add_value(None)
+            values.append(None)
         else:
             n = u >> 1
-            add_value(data[pos : pos + n])
+            values.append(data[pos : pos + n])
             pos += n
         # headers
         if data[pos] == 0:
@@ -253,9 +252,10 @@ def decode_record_columns(
 
 
 def _decode_plain_values(
-    data: bytes, pos: int, end: int, count: int, add_value: Callable[[bytes], None]
+    data: bytes, pos: int, end: int, count: int, values: list[bytes | None]
 ) -> tuple[int, int]:
-    """Decode the leading run of plain records; return how many and where they end.
+    """Append the values of the leading run of plain records to ``values``; return how
+    many there were and where they end.
 
     A plain record is what a producer of lines writes: no key, no headers, the
     batch's timestamp, the next offset, a value under 8 KiB. Its bytes are fixed but
@@ -302,7 +302,7 @@ def _decode_plain_values(
         value_end = p + (b >> 1)
         if b & 1 or value_end + 1 != record_end or data[value_end]:  # null value, headers
             break
-        add_value(data[p:value_end])
+        values.append(data[p:value_end])
         pos = record_end
         i += 1
     return i, pos

@@ -78,16 +78,17 @@ def rendered_size(batch: RecordBatch, *, raw: bool, key_separator: bytes | None)
     if batch.is_control:
         return 0
     columns = batch.columns()
+    values = _as_list(columns.values)
     total = 0
-    for value in columns.values:
+    for value in values:
         if value is not None:
             total += len(value)
     if raw:
         return total
-    total += len(columns)  # the newlines
+    total += len(values)  # the newlines
     if key_separator is not None:
         sep_len = len(key_separator)
-        for key in columns.keys:
+        for key in _as_list(columns.keys):
             if key is not None:
                 total += len(key) + sep_len
     return total
@@ -97,32 +98,38 @@ def render_columns(
     columns: RecordColumns, *, raw: bool, key_separator: bytes | None
 ) -> RenderedBatch:
     """Render decoded columns (``render_batch`` without the batch). Cost: O(bytes)."""
-    values = columns.values
-    keys = columns.keys
+    # Written for mypyc: lists (not Sequences) index natively, and the running total
+    # is a native int; ``ends`` is collected as a list and converted in one C call.
+    values = _as_list(columns.values)
     n = len(values)
-    ends: list[int] = [0] * n
+    ends: list[int] = []
     total = 0
+    data: bytes
     if raw:
         parts: list[bytes] = []
-        for i in range(n):
-            value = values[i]
+        for value in values:
             if value is not None:
                 parts.append(value)
                 total += len(value)
-            ends[i] = total
+            ends.append(total)
         data = b"".join(parts)
-    elif key_separator is None or not any(key is not None for key in keys):
-        # The common case: one join with the separator is the whole rendering.
-        lines: list[bytes] = [b""] * n
-        for i in range(n):
-            value = values[i]
-            if value is not None:
-                lines[i] = value
+    elif key_separator is None or not _any_key(columns.keys):
+        # The common case: one join is the whole rendering; the empty last element
+        # gives the final newline without a second copy.
+        lines: list[bytes] = []
+        for value in values:
+            if value is None:
+                lines.append(b"")
+            else:
+                lines.append(value)
                 total += len(value)
             total += 1
-            ends[i] = total
-        data = _NEWLINE.join(lines) + _NEWLINE if n else b""
+            ends.append(total)
+        if n:
+            lines.append(b"")
+        data = _NEWLINE.join(lines)
     else:
+        keys = _as_list(columns.keys)
         pieces: list[bytes] = []
         sep_len = len(key_separator)
         for i in range(n):
@@ -137,6 +144,15 @@ def render_columns(
                 total += len(value)
             pieces.append(_NEWLINE)
             total += 1
-            ends[i] = total
+            ends.append(total)
         data = b"".join(pieces)
     return RenderedBatch(data, array("q", ends), columns.offsets)
+
+
+def _as_list(column: Sequence[bytes | None]) -> list[bytes | None]:
+    # Decoded columns are lists already; this only copies other sequences.
+    return column if isinstance(column, list) else list(column)
+
+
+def _any_key(keys: Sequence[bytes | None]) -> bool:
+    return any(key is not None for key in _as_list(keys))
