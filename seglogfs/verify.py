@@ -205,35 +205,58 @@ class _PartitionVerifier:
         units_end: int | None = None
         for i, base in enumerate(bases):
             last = i == len(bases) - 1
-            indexes = {
-                suffix: _read(self.directory / f"{base:020d}{suffix}")
-                for suffix in (".index", ".timeindex", POSITION_INDEX_SUFFIX)
-            }
-            segment = self.scan_log(base, last)
-            if segment is None:
-                continue  # deleted by retention while we looked
-            if previous is not None and previous.next_offset > base:
-                self.problem(
-                    segment.log_path,
-                    None,
-                    f"the previous segment holds offsets up to {previous.next_offset - 1}, "
-                    f"at or past this segment's base offset {base}",
+            mark = len(self.problems)
+            segment, end_units = self.check_segment(base, last, previous, units_end)
+            if self.writer and len(self.problems) > mark and i >= len(bases) - 2:
+                # The writer may have rolled (trimming this segment's indexes) or
+                # appended while we read: judge a fresh read, once.
+                del self.problems[mark:]
+                segment, end_units = self.check_segment(
+                    base, last, previous, units_end, progress=False
                 )
-            if indexes[".index"] is not None:
-                self.check_offset_index(segment, indexes[".index"])
-            if indexes[".timeindex"] is not None:
-                self.check_time_index(segment, indexes[".timeindex"])
-            units = indexes[POSITION_INDEX_SUFFIX]
-            if units is not None:
-                units_end = self.check_position_index(segment, units, units_end)
-            else:
-                units_end = None
-            previous = segment
+            if segment is not None:
+                previous, units_end = segment, end_units
         return previous.next_offset if previous is not None else 0
+
+    def check_segment(
+        self,
+        base: int,
+        last: bool,
+        previous: _Segment | None,
+        units_start: int | None,
+        *,
+        progress: bool = True,
+    ) -> tuple[_Segment | None, int | None]:
+        """Check one segment and its indexes; return it (None when retention deleted
+        it meanwhile) and the position-index units at its end (None when unknown)."""
+        # Indexes before the log: every entry a writer added before we read the index
+        # points at bytes that are in the log when we read it.
+        indexes = {
+            suffix: _read(self.directory / f"{base:020d}{suffix}")
+            for suffix in (".index", ".timeindex", POSITION_INDEX_SUFFIX)
+        }
+        segment = self.scan_log(base, last, progress=progress)
+        if segment is None:
+            return None, units_start
+        if previous is not None and previous.next_offset > base:
+            self.problem(
+                segment.log_path,
+                None,
+                f"the previous segment holds offsets up to {previous.next_offset - 1}, "
+                f"at or past this segment's base offset {base}",
+            )
+        if indexes[".index"] is not None:
+            self.check_offset_index(segment, indexes[".index"])
+        if indexes[".timeindex"] is not None:
+            self.check_time_index(segment, indexes[".timeindex"])
+        units = indexes[POSITION_INDEX_SUFFIX]
+        if units is None:
+            return segment, None
+        return segment, self.check_position_index(segment, units, units_start)
 
     # -- the log ----------------------------------------------------------------------
 
-    def scan_log(self, base: int, active: bool) -> _Segment | None:
+    def scan_log(self, base: int, active: bool, *, progress: bool = True) -> _Segment | None:
         path = self.directory / f"{base:020d}.log"
         data = _read(path)
         if data is None:
@@ -246,9 +269,9 @@ class _PartitionVerifier:
                 self.check_batch(segment, batch)
         except CorruptRecordError as exc:
             self.problem(path, exc.position, f"unreadable batch header: {exc.reason}")
+            consumed = len(data)
+        if progress:
             self.bar.update(len(data))
-            return segment
-        self.bar.update(len(data))
         if consumed < len(data) and not (active and self.writer):
             self.problem(
                 path,
@@ -302,13 +325,16 @@ class _PartitionVerifier:
 
     @staticmethod
     def _entries(
-        data: bytes, layout: struct.Struct, offset_field: int
+        data: bytes, layout: struct.Struct, offset_field: int, *, zero_first: bool = False
     ) -> Iterator[tuple[int, int, tuple[int, ...]]]:
-        """(slot, byte position, fields) of the valid prefix: a zero relative offset
-        after slot 0 ends it (the unused tail of a preallocated index)."""
+        """(slot, byte position, fields) of the valid prefix, as Kafka reads a
+        preallocated index: a zero relative offset after slot 0 ends it, and so does
+        an all-zero slot 0 unless ``zero_first`` says that is a real entry."""
         usable = len(data) - len(data) % layout.size
         for slot, fields in enumerate(layout.iter_unpack(data[:usable])):
             if slot > 0 and fields[offset_field] == 0:
+                return
+            if slot == 0 and not zero_first and not any(fields):
                 return
             yield slot, slot * layout.size, fields
 
@@ -384,7 +410,7 @@ class _PartitionVerifier:
         they cannot be known: a batch did not decode or the index is unusable)."""
         path = segment.log_path.with_suffix(POSITION_INDEX_SUFFIX)
         self._index_size(path, data, _POSITION_ENTRY.size)
-        entries = list(self._entries(data, _POSITION_ENTRY, 1))
+        entries = list(self._entries(data, _POSITION_ENTRY, 1, zero_first=True))
         if not entries:
             return None  # an empty file: nothing to check against (rebuilt on open)
         # Entry 0 is (units at the segment start, relative offset 0); for a segment

@@ -1,0 +1,300 @@
+"""``seglogfs verify``: a clean log directory passes; each injected fault is reported
+with its file and byte position and exit code 1."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import termios
+import threading
+from pathlib import Path
+
+import pytest
+
+from seglogfs.verify import verify_log_dir
+from storage import LogManager
+from storage.render import rendered_size
+from tests.cli.conftest import SCRIPT, Cli
+from tests.conftest import ManualClock
+
+TS = 1_700_000_000_000
+
+
+def _build(log_dir: Path, clock: ManualClock) -> None:
+    """Two topics, several rolled segments each, indexes with many entries, retention."""
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic(
+            "a", 2, {"segment.bytes": "800", "index.interval.bytes": "200"}, key_separator=":"
+        )
+        manager.create_topic("b", 1, {"segment.bytes": "1500", "retention.bytes": "3000"})
+        for i in range(60):
+            manager.log("a", i % 2).append(
+                [b"value %d" % i, None], keys=[b"k%d" % i, None], timestamps=[TS + i, TS + i]
+            )
+            manager.log("b", 0).append([b"x" * 90], timestamps=[TS + i])
+        assert manager.run_retention() > 0
+    assert len(list((log_dir / "a-0").glob("*.log"))) > 2
+
+
+def _segments(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.log"))
+
+
+def test_clean_log_dir_has_no_problems(cli: Cli, log_dir: Path, clock: ManualClock) -> None:
+    _build(log_dir, clock)
+    assert verify_log_dir(log_dir) == []
+    result = cli("verify")
+    assert (result.code, result.out) == (0, b"")
+    assert result.err == f"{log_dir}: no problems found\n"
+    assert cli("verify", "-q", str(log_dir)).err == ""
+
+
+def test_flipped_byte_is_a_crc_problem_at_its_batch(
+    cli: Cli, log_dir: Path, clock: ManualClock
+) -> None:
+    _build(log_dir, clock)
+    segment = _segments(log_dir / "a-0")[1]
+    data = bytearray(segment.read_bytes())
+    second_batch = struct.unpack_from(">i", data, 8)[0] + 12
+    data[second_batch + 70] ^= 0x01
+    segment.write_bytes(bytes(data))
+    result = cli("verify")
+    assert result.code == 1
+    assert result.text.startswith(f"{segment}: byte {second_batch}: CRC mismatch")
+    assert result.err == f"1 problem(s) found in {log_dir}\n"
+
+
+def test_partial_batch_in_a_sealed_segment(cli: Cli, log_dir: Path, clock: ManualClock) -> None:
+    _build(log_dir, clock)
+    segment = _segments(log_dir / "a-1")[0]
+    size = segment.stat().st_size
+    os.truncate(segment, size - 5)
+    problems = [str(p) for p in verify_log_dir(log_dir)]
+    last_batch_start = max(
+        int(line.split(": byte ")[1].split(":")[0]) for line in problems if str(segment) in line
+    )
+    assert f"{segment}: byte {last_batch_start}: partial batch: " in problems[0]
+    assert cli("verify").code == 1
+
+
+def test_partial_tail_of_the_active_segment_only_while_a_writer_runs(
+    log_dir: Path, clock: ManualClock
+) -> None:
+    _build(log_dir, clock)
+    active = _segments(log_dir / "b-0")[-1]
+    with open(active, "ab") as f:
+        f.write(b"\x00" * 7)  # a writer in the middle of a write looks like this
+    problems = verify_log_dir(log_dir)
+    assert [p.message.split(":")[0] for p in problems] == ["partial batch"]
+    assert problems[0].path == active
+    assert problems[0].position == active.stat().st_size - 7
+    os.truncate(active, active.stat().st_size - 7)
+    with LogManager.open(log_dir, clock=clock) as manager:  # takes the writer lock
+        with open(active, "ab") as f:
+            f.write(b"\x00" * 7)
+        assert verify_log_dir(log_dir) == []
+        os.truncate(active, active.stat().st_size - 7)
+        assert manager.log("b", 0).log_end_offset == 60
+
+
+def test_offset_index_entry_pointing_elsewhere(log_dir: Path, clock: ManualClock) -> None:
+    _build(log_dir, clock)
+    index = _segments(log_dir / "a-0")[0].with_suffix(".index")
+    data = bytearray(index.read_bytes())
+    assert len(data) >= 16
+    _relative, position = struct.unpack_from(">ii", data, 8)
+    struct.pack_into(">i", data, 12, position + 3)
+    index.write_bytes(bytes(data))
+    problems = verify_log_dir(log_dir)
+    assert [(p.path, p.position) for p in problems] == [(index, 8)]
+    assert "not a batch start" in problems[0].message
+
+
+def test_offset_index_wrong_offset_and_odd_size(log_dir: Path, clock: ManualClock) -> None:
+    _build(log_dir, clock)
+    index = _segments(log_dir / "a-0")[0].with_suffix(".index")
+    data = bytearray(index.read_bytes())
+    relative, _position = struct.unpack_from(">ii", data, 8)
+    struct.pack_into(">i", data, 8, relative - 1)
+    index.write_bytes(bytes(data) + b"\x01\x02\x03")
+    problems = verify_log_dir(log_dir)
+    messages = {(p.position, p.message.split(",")[0]) for p in problems if p.path == index}
+    assert (len(data), f"size {len(data) + 3} is not a multiple of 8-byte entries") in messages
+    assert any(position == 8 and "ending at offset" in m for position, m in messages)
+
+
+def test_time_index_going_back(log_dir: Path, clock: ManualClock) -> None:
+    _build(log_dir, clock)
+    timeindex = _segments(log_dir / "a-0")[0].with_suffix(".timeindex")
+    data = bytearray(timeindex.read_bytes())
+    assert len(data) >= 36
+    timestamp, _relative = struct.unpack_from(">qi", data, 24)
+    struct.pack_into(">q", data, 24, TS - 1)
+    timeindex.write_bytes(bytes(data))
+    problems = [p for p in verify_log_dir(log_dir) if p.path == timeindex]
+    assert {p.position for p in problems} == {24}
+    text = " | ".join(p.message for p in problems)
+    assert "goes back" in text
+    assert f"whose max timestamp is {timestamp}" in text
+
+
+def test_checkpoints(log_dir: Path, clock: ManualClock) -> None:
+    _build(log_dir, clock)
+    checkpoint = log_dir / "recovery-point-offset-checkpoint"
+    lines = checkpoint.read_text().splitlines()
+    lines[2:] = [line for line in lines[2:] if not line.startswith("a 0 ")] + ["a 0 999"]
+    checkpoint.write_text("\n".join(lines) + "\n")
+    problems = verify_log_dir(log_dir)
+    assert [str(p) for p in problems] == [
+        f"{checkpoint}: recovery point 999 of a-0 is past its log end offset 60"
+    ]
+    (log_dir / "log-start-offset-checkpoint").write_text("0\n1\nnot a line\n")
+    problems = verify_log_dir(log_dir)
+    assert any(
+        p.path == log_dir / "log-start-offset-checkpoint" and "malformed" in p.message
+        for p in problems
+    )
+
+
+def test_segments_overlapping_their_names(log_dir: Path, clock: ManualClock) -> None:
+    _build(log_dir, clock)
+    second = _segments(log_dir / "a-0")[1]
+    base = int(second.name[:20])
+    wrong = second.with_name(f"{base - 1:020d}.log")
+    second.rename(wrong)
+    problems = [str(p) for p in verify_log_dir(log_dir)]
+    assert f"{wrong}: the previous segment holds offsets up to {base - 1}" in problems[0]
+
+
+def test_bad_segment_name_and_topics_file(log_dir: Path, clock: ManualClock) -> None:
+    _build(log_dir, clock)
+    stray = log_dir / "a-0" / "123.log"
+    stray.write_bytes(b"")
+    (log_dir / "seglog-topics.json").write_text("{not json")
+    problems = {(p.path, p.message.split(":")[0]) for p in verify_log_dir(log_dir)}
+    assert (stray, "segment name is not a 20-digit base offset") in problems
+    assert any(path == log_dir / "seglog-topics.json" for path, _ in problems)
+
+
+def _write_position_index(log_dir: Path, topic: str, partition: int) -> list[Path]:
+    """Position index files as the file system keeps them (every batch indexed),
+    computed here from the rendering: cumulative rendered bytes before each batch."""
+    with LogManager.open(log_dir, read_only=True) as manager:
+        metadata = manager.topic(topic)
+        separator = metadata.key_separator.encode() if metadata.key_separator else None
+        log = manager.log(topic, partition)
+        units = 0
+        files = []
+        for segment in log.segments.values():
+            entries = []
+            for batch in segment.batches():
+                entries.append(struct.pack(">qi", units, batch.base_offset - segment.base_offset))
+                units += rendered_size(batch, raw=False, key_separator=separator)
+            path = segment.path.with_suffix(".seglogpos")
+            path.write_bytes(b"".join(entries))
+            files.append(path)
+    return files
+
+
+def test_position_index_consistent_and_each_fault_found(log_dir: Path, clock: ManualClock) -> None:
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("p", 1, {"segment.bytes": "600"}, key_separator=":")
+        for i in range(30):
+            manager.log("p", 0).append([b"v%d" % i, None], keys=[b"k", None])
+    files = _write_position_index(log_dir, "p", 0)
+    assert len(files) > 2
+    assert verify_log_dir(log_dir) == []
+
+    middle = files[1]
+    good = middle.read_bytes()
+    broken = bytearray(good)
+    struct.pack_into(">q", broken, 12, struct.unpack_from(">q", broken, 12)[0] + 1)
+    middle.write_bytes(bytes(broken))
+    problems = verify_log_dir(log_dir)
+    assert [(p.path, p.position) for p in problems] == [(middle, 12)]
+    assert "which starts at rendered byte" in problems[0].message
+
+    shifted = bytearray(good)
+    struct.pack_into(">q", shifted, 0, struct.unpack_from(">q", shifted, 0)[0] + 4)
+    middle.write_bytes(bytes(shifted))
+    messages = [p.message for p in verify_log_dir(log_dir) if p.path == middle]
+    assert any("but the previous segment ends at" in m for m in messages)
+
+    off_batch = bytearray(good)
+    struct.pack_into(">i", off_batch, 20, struct.unpack_from(">i", off_batch, 20)[0] + 1)
+    middle.write_bytes(bytes(off_batch))
+    assert any(p.position == 12 and "starts no batch" in p.message for p in verify_log_dir(log_dir))
+    middle.write_bytes(good)
+    assert verify_log_dir(log_dir) == []
+
+
+def test_progress_bar_only_on_a_terminal(log_dir: Path, clock: ManualClock) -> None:
+    _build(log_dir, clock)
+    env = {**os.environ, "SEGLOG_LOG_DIR": str(log_dir)}
+    piped = subprocess.run(
+        [str(SCRIPT), "verify"], capture_output=True, env=env, timeout=60, check=False
+    )
+    assert (piped.returncode, piped.stderr) == (0, f"{log_dir}: no problems found\n".encode())
+    controller, terminal = pty.openpty()
+    # An 80-column terminal: a pty starts with 0 columns, where a bar has no room.
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    try:
+        process = subprocess.run(
+            [str(SCRIPT), "verify"],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        os.close(terminal)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(controller)
+    assert process.returncode == 0
+    assert b"verify: 100%" in shown
+    assert f"{log_dir}: no problems found".encode() in shown
+
+
+@pytest.mark.slow
+def test_verify_beside_a_writer_finds_nothing(log_dir: Path) -> None:
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic("w", 2, {"segment.bytes": "20000", "index.interval.bytes": "500"})
+        stop = threading.Event()
+        appended = [0]
+
+        def write() -> None:
+            while not stop.is_set():
+                manager.log("w", appended[0] % 2).append([b"z" * 100] * 20)
+                appended[0] += 1
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            runs = [
+                subprocess.run(
+                    [str(SCRIPT), "verify", "-q", str(log_dir)],
+                    capture_output=True,
+                    timeout=60,
+                    check=False,
+                )
+                for _ in range(3)
+            ]
+        finally:
+            stop.set()
+            writer.join()
+        rolled = manager.log("w", 0).number_of_segments
+    assert [(r.returncode, r.stdout, r.stderr) for r in runs] == [(0, b"", b"")] * 3
+    assert appended[0] > 50
+    assert rolled > 1
