@@ -46,6 +46,7 @@ from storage import (
 from storage.render import render_batch
 
 from . import __version__, control
+from .positions import position_index_spec
 
 PROG = "seglogfs"
 LOG_DIR_ENV = "SEGLOG_LOG_DIR"
@@ -103,6 +104,12 @@ def _open_read_only(log_dir: Path) -> LogManager:
     return LogManager.open(log_dir, read_only=True)
 
 
+def _open_writable(log_dir: Path) -> LogManager:
+    """Open for writing as the daemon does: with the file system's position index, so
+    that every append here keeps the ``.seglogpos`` files the mount reads in step."""
+    return LogManager.open(log_dir, extension=position_index_spec)
+
+
 def _topic_name(args: argparse.Namespace) -> str:
     name: str | None = args.topic or args.topic_option
     if args.topic and args.topic_option and args.topic != args.topic_option:
@@ -140,7 +147,7 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
             key_separator=args.key_separator,
         )
     else:
-        with LogManager.open(log_dir) as manager:
+        with _open_writable(log_dir) as manager:
             manager.create_topic(
                 name,
                 args.partitions,
@@ -196,7 +203,7 @@ def _cmd_topics_alter(args: argparse.Namespace) -> int:
     if control.daemon_socket(log_dir) is not None:
         control.request(log_dir, "alter_topic", name=name, set=to_set, delete=to_delete)
     else:
-        with LogManager.open(log_dir) as manager:
+        with _open_writable(log_dir) as manager:
             manager.alter_topic_config(name, to_set, to_delete)
     print(f"Completed updating config for topic {name}.")
     return EXIT_OK
@@ -208,7 +215,7 @@ def _cmd_topics_delete(args: argparse.Namespace) -> int:
     if control.daemon_socket(log_dir) is not None:
         control.request(log_dir, "delete_topic", name=name)
     else:
-        with LogManager.open(log_dir) as manager:
+        with _open_writable(log_dir) as manager:
             manager.delete_topic(name)
     print(f"Deleted topic {name}.")
     return EXIT_OK
@@ -295,7 +302,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             return control.produce(log_dir, topic, records, partition=args.partition)
 
         return _produce_stream(args, metadata, send)
-    with LogManager.open(log_dir) as manager:
+    with _open_writable(log_dir) as manager:
         metadata = manager.topic(topic)
         partitioner = StickyPartitioner(metadata.partitions)
 

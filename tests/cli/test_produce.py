@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from seglogfs.positions import position_index_spec
+from seglogfs.verify import verify_log_dir
 from storage import LogManager, partition_for_key
 from tests.cli.conftest import Cli
 
@@ -121,3 +123,18 @@ def test_record_too_large_reports_what_was_already_written(cli: Cli, log_dir: Pa
     assert int(match.group(1)) == len(written)
     assert 0 < len(written) < 3000
     assert all(value == b"s" * 99 for _key, value in written)
+
+
+def test_produce_keeps_the_position_index_in_step(cli: Cli, log_dir: Path) -> None:
+    cli("topics", "create", "t", "--key-separator", ":", "--config", "segment.bytes=2000")
+    lines = b"".join(b"k%d:value %d\n" % (i % 3, i) for i in range(300))
+    for start in range(0, 300, 50):  # six runs: each batch rolls a 2000-byte segment
+        part = b"".join(b"k%d:value %d\n" % (i % 3, i) for i in range(start, start + 50))
+        assert cli("produce", "t", stdin=part).code == 0
+    position_files = sorted((log_dir / "t-0").glob("*.seglogpos"))
+    assert len(position_files) == len(sorted((log_dir / "t-0").glob("*.log"))) > 1
+    with LogManager.open(log_dir, read_only=True, extension=position_index_spec) as manager:
+        # The partition file's size is exactly the bytes consume prints.
+        assert manager.log("t", 0).extension_end == len(lines)
+    assert verify_log_dir(log_dir) == []
+    assert cli("consume", "t").out == lines

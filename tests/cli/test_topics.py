@@ -124,7 +124,7 @@ def test_alter_adds_and_deletes_overrides(cli: Cli, log_dir: Path) -> None:
         "--add-config",
         "segment.bytes=4096",
         "--add-config",
-        "cleanup.policy=compact,delete",
+        "message.timestamp.type=LogAppendTime",
         "--delete-config",
         "retention.ms",
     )
@@ -132,7 +132,7 @@ def test_alter_adds_and_deletes_overrides(cli: Cli, log_dir: Path) -> None:
     with LogManager.open(log_dir, read_only=True) as manager:
         assert manager.topic("t").overrides == {
             "segment.bytes": "4096",
-            "cleanup.policy": "compact,delete",
+            "message.timestamp.type": "LogAppendTime",
         }
 
 
