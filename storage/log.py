@@ -133,9 +133,12 @@ class Log:
         it after an unclean shutdown (see ``log_loader.load_log``).
 
         Raises:
+            ConfigError: (writable) a setting the engine does not honour yet.
             StorageError: a read-only open of a directory that does not exist.
             OSError: the directory cannot be read or written.
         """
+        if writable:
+            config.require_supported()
         loaded = load_log(
             directory,
             config,

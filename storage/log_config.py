@@ -279,6 +279,38 @@ class LogConfig:
             self.max_compaction_lag_ms,
         )
 
+    def require_supported(self) -> LogConfig:
+        """Return self, or raise for a setting this engine would accept but not honour.
+
+        Compaction (``cleanup.policy=compact`` and its knobs at values other than
+        Kafka's defaults) and ``preallocate=true`` are parsed and validated like Kafka
+        does, but nothing acts on them yet: a user must never believe they work. Every
+        path that makes a config effective (a broker config, a topic's overrides, a
+        writable log) calls this.
+
+        Raises:
+            ConfigError: naming the first such key and why.
+        """
+        defaults = _DEFAULT_LOG_CONFIG
+        if self.compact:
+            raise ConfigError(
+                "cleanup.policy",
+                ",".join(self.cleanup_policy),
+                "log compaction is not implemented yet; use cleanup.policy=delete",
+            )
+        for name in _COMPACTION_KNOBS:
+            spec = _SPEC_BY_NAME[name]
+            value = getattr(self, spec.attr)
+            if value != getattr(defaults, spec.attr):
+                raise ConfigError(
+                    name, value, "a compaction setting, and log compaction is not implemented yet"
+                )
+        if self.preallocate:
+            raise ConfigError(
+                "preallocate", "true", "segment preallocation is not implemented; use false"
+            )
+        return self
+
     @property
     def compact(self) -> bool:
         """Whether ``cleanup.policy`` includes ``compact``."""
@@ -432,6 +464,15 @@ _IGNORED_KAFKA_LOG_KEYS = frozenset(
 )
 
 
+_DEFAULT_LOG_CONFIG = LogConfig()
+_COMPACTION_KNOBS = (
+    "delete.retention.ms",
+    "min.compaction.lag.ms",
+    "max.compaction.lag.ms",
+    "min.cleanable.dirty.ratio",
+)
+
+
 def _broker_check(key: str, value: object) -> None:
     _check(key, value, _BROKER_SPECS[key])
 
@@ -477,14 +518,16 @@ class BrokerConfig:
             raise ConfigError(
                 "default_topic_config", self.default_topic_config, "expected a LogConfig"
             )
+        self.default_topic_config.require_supported()
 
     def topic_log_config(self, overrides: Mapping[str, str]) -> LogConfig:
         """Return the config of a topic with topic-level ``overrides``.
 
         Raises:
-            ConfigError: as ``LogConfig.from_properties``.
+            ConfigError: as ``LogConfig.from_properties``, or a setting this engine does
+                not honour yet (``LogConfig.require_supported``).
         """
-        return LogConfig.from_properties(overrides, self.default_topic_config)
+        return LogConfig.from_properties(overrides, self.default_topic_config).require_supported()
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:

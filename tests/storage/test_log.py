@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 
+import crc32c
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from storage import (
     CompressionType,
+    InvalidRecordError,
     Log,
     LogConfig,
     OffsetOutOfRangeError,
@@ -17,6 +21,7 @@ from storage import (
     RecordTooLargeError,
     TimestampType,
 )
+from storage.batch_builder import build_record_batch
 from storage.errors import CorruptRecordError, SegmentDeletedError
 from tests.conftest import ManualClock
 
@@ -439,4 +444,57 @@ def test_reads_run_concurrently_with_appends_rolls_and_retention(
     assert seen[-1] == total - 1
     assert log.number_of_segments < 10
     log._check()
+    log.close()
+
+
+def _patched(batch: bytes, position: int, fmt: str, value: int) -> bytes:
+    """``batch`` with one header field changed and its CRC made to match again."""
+    raw = bytearray(batch)
+    struct.pack_into(fmt, raw, position, value)
+    struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[21:])))
+    return bytes(raw)
+
+
+@pytest.mark.parametrize(
+    ("field", "position", "fmt", "value", "reason"),
+    [
+        ("lastOffsetDelta", 23, ">i", 0, "does not match the count"),
+        ("lastOffsetDelta", 23, ">i", 5, "does not match the count"),
+        ("recordsCount", 57, ">i", 2, "does not match the count"),
+        ("attributes", 21, ">h", 0x20, "control"),
+        ("attributes", 21, ">h", 0x10, "transactional"),
+        ("producerId", 43, ">q", 7, "without a base sequence"),
+    ],
+)
+def test_append_batches_refuses_inconsistent_batches(
+    log_dir: Path,
+    clock: ManualClock,
+    field: str,
+    position: int,
+    fmt: str,
+    value: int,
+    reason: str,
+) -> None:
+    log = open_log(log_dir, clock)
+    log.append([b"before"])
+    good = build_record_batch([b"a", b"b", b"c"], timestamps=clock.now_ms)
+    bad = _patched(good, position, fmt, value)
+    size = log.size
+    with pytest.raises(InvalidRecordError, match=reason):
+        log.append_batches(good + bad)  # the good batch is not appended either
+    assert (log.log_end_offset, log.size) == (1, size)
+    assert [r.value for r in log.records(0)] == [b"before"]
+    assert log.append_batches(good).first_offset == 1
+    assert [r.offset for r in log.records(0)] == [0, 1, 2, 3]
+    log._check()
+    log.close()
+
+
+def test_append_batches_refuses_legacy_batches(log_dir: Path, clock: ManualClock) -> None:
+    builder = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    builder.append(0, timestamp=clock.now_ms, key=None, value=b"old")
+    log = open_log(log_dir, clock)
+    with pytest.raises(InvalidRecordError, match="only v2"):
+        log.append_batches(bytes(builder.build()))
+    assert log.log_end_offset == 0
     log.close()

@@ -390,16 +390,13 @@ def test_broker_synonyms_map_to_topic_fields() -> None:
             "log.index.size.max.bytes": "800",
             "log.segment.delete.delay.ms": "5",
             "message.max.bytes": "1000",
-            "log.cleanup.policy": "compact",
-            "log.cleaner.delete.retention.ms": "7",
-            "log.cleaner.min.compaction.lag.ms": "8",
-            "log.cleaner.max.compaction.lag.ms": "9",
-            "log.cleaner.min.cleanable.ratio": "0.9",
+            "log.cleanup.policy": "delete",
+            "log.cleaner.delete.retention.ms": "86400000",
             "compression.type": "lz4",
             "log.message.timestamp.type": "LogAppendTime",
             "log.flush.interval.messages": "11",
             "log.flush.interval.ms": "12",
-            "log.preallocate": "true",
+            "log.preallocate": "false",
         }
     )
     assert b.default_topic_config == LogConfig(
@@ -409,17 +406,49 @@ def test_broker_synonyms_map_to_topic_fields() -> None:
         segment_index_bytes=800,
         file_delete_delay_ms=5,
         max_message_bytes=1000,
-        cleanup_policy=("compact",),
-        delete_retention_ms=7,
-        min_compaction_lag_ms=8,
-        max_compaction_lag_ms=9,
-        min_cleanable_dirty_ratio=0.9,
+        cleanup_policy=("delete",),
         compression_type="lz4",
         message_timestamp_type="LogAppendTime",
         flush_messages=11,
         flush_ms=12,
-        preallocate=True,
     )
+
+
+@pytest.mark.parametrize(
+    ("broker_key", "topic_key", "value"),
+    [
+        ("log.cleanup.policy", "cleanup.policy", "compact"),
+        ("log.cleanup.policy", "cleanup.policy", "compact,delete"),
+        ("log.cleaner.delete.retention.ms", "delete.retention.ms", "7"),
+        ("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms", "8"),
+        ("log.cleaner.max.compaction.lag.ms", "max.compaction.lag.ms", "9"),
+        ("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio", "0.9"),
+        ("log.preallocate", "preallocate", "true"),
+    ],
+)
+def test_settings_the_engine_does_not_honour_are_refused(
+    broker_key: str, topic_key: str, value: str
+) -> None:
+    # Parsed and validated as Kafka does (so a typo still gets Kafka's message) ...
+    assert LogConfig.from_properties({topic_key: value}) != LogConfig()
+    # ... but refused wherever it would take effect, naming the key and why.
+    with pytest.raises(ConfigError, match="not implemented") as broker:
+        BrokerConfig.from_properties({broker_key: value})
+    assert broker.value.key == topic_key
+    with pytest.raises(ConfigError, match="not implemented") as topic:
+        BrokerConfig(log_dirs=("/tmp/x",)).topic_log_config({topic_key: value})
+    assert topic.value.key == topic_key
+
+
+def test_compaction_settings_at_their_defaults_are_accepted() -> None:
+    defaults = {
+        "cleanup.policy": "delete",
+        "delete.retention.ms": "86400000",
+        "min.compaction.lag.ms": "0",
+        "min.cleanable.dirty.ratio": "0.5",
+        "preallocate": "false",
+    }
+    assert BrokerConfig(log_dirs=("/tmp/x",)).topic_log_config(defaults) == LogConfig()
 
 
 def test_broker_only_settings() -> None:

@@ -306,3 +306,55 @@ def test_read_only_view_of_crashed_log_ends_before_an_indexed_invalid_batch(
     assert reader.log_end_offset == len(written) - 3
     assert [r.value for r in reader.records(0)] == written[:-3]
     reader.close()
+
+
+def test_reopen_never_hands_out_offsets_below_the_log_start_offset(
+    log_dir: Path, clock: ManualClock
+) -> None:
+    # Ten records, DeleteRecords past them (the checkpoint records start 10), then a
+    # crash loses the unflushed tail. Kafka's loader restarts the log at the
+    # checkpointed start: offsets 0-9 must never be handed out again.
+    directory = log_dir / "t-0"
+    log = Log.open(directory, CONFIG, clock=clock)
+    log.append([b"r%d" % i for i in range(10)])
+    log.advance_log_start_offset(10)
+    crash(log)
+    (directory / "00000000000000000000.log").write_bytes(b"")  # the lost page cache
+    reopened = Log.open(
+        directory,
+        CONFIG,
+        clock=clock,
+        log_start_offset=10,
+        recovery_point=0,
+        had_clean_shutdown=False,
+    )
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (10, 10)
+    assert reopened.append([b"next"]).first_offset == 10
+    assert reopened.segments.base_offsets() == [10]
+    assert not (directory / "00000000000000000000.log").exists()
+    assert [r.offset for r in reopened.records(10)] == [10]
+    reopened._check()
+    reopened.close()
+
+
+def test_closed_and_recovered_time_indexes_end_with_the_max_timestamp(
+    log_dir: Path, clock: ManualClock
+) -> None:
+    # Kafka appends (max timestamp, its batch's last offset) to the time index on
+    # close and at the end of recovery. No index point is reached here (the interval
+    # is larger than the segment), so that final entry is the only one.
+    config = LogConfig(index_interval_bytes=1 << 20)
+    directory = log_dir / "t-0"
+    log = Log.open(directory, config, clock=clock)
+    for i, ts in enumerate((5000, 9000, 7000)):
+        log.append([b"a%d" % i, b"b%d" % i], timestamps=[ts - 1, ts])
+    log.close()
+    time_index = directory / "00000000000000000000.timeindex"
+    expected = (9000).to_bytes(8, "big") + (3).to_bytes(4, "big")  # batch 1 ends at offset 3
+    assert time_index.read_bytes() == expected
+
+    time_index.unlink()  # recovery rebuilds it, final entry included
+    reopened = Log.open(directory, config, clock=clock, had_clean_shutdown=False)
+    crash(reopened)
+    assert time_index.read_bytes()[:12] == expected
+    assert time_index.read_bytes()[12:] == bytes(len(time_index.read_bytes()) - 12)

@@ -168,43 +168,6 @@ def test_read_only_manager_refuses_changes(log_dir: Path, clock: ManualClock) ->
     assert sorted(os.listdir(log_dir)) == before
 
 
-def test_reader_process_follows_writer(log_dir: Path, clock: ManualClock) -> None:
-    """A reader in another process reads while this one writes, rolls and deletes."""
-    reader_code = r"""
-import sys, time
-from storage import LogManager
-manager = LogManager.open(sys.argv[1], read_only=True)
-want = int(sys.argv[2])
-seen = []
-deadline = time.monotonic() + 60
-while len(seen) < want and time.monotonic() < deadline:
-    manager.refresh()
-    log = manager.log("t", 0)
-    start = max(log.log_start_offset, seen[-1] + 1 if seen else 0)
-    for record in log.records(start):
-        seen.append(record.offset)
-        assert record.value == b"value-%d" % record.offset, record
-    time.sleep(0.01)
-assert seen == sorted(seen), "offsets out of order"
-print(len(seen), seen[-1])
-"""
-    total = 3000
-    with LogManager.open(log_dir, clock=clock) as manager:
-        manager.create_topic("t", 1, {"segment.bytes": "4000"})
-        log = manager.log("t", 0)
-        reader = subprocess.Popen(
-            [sys.executable, "-c", reader_code, str(log_dir), str(total)],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        for i in range(0, total, 10):
-            log.append([b"value-%d" % (i + j) for j in range(10)])
-        out, err = reader.communicate(timeout=120)
-    assert reader.returncode == 0, err
-    count, last = map(int, out.split())
-    assert count == total
-    assert last == total - 1
-
-
 def test_kafka_broker_directory_is_tolerated(log_dir: Path, clock: ManualClock) -> None:
     """Files a Kafka broker leaves beside its logs do not disturb opening."""
     with LogManager.open(log_dir, clock=clock) as manager:
