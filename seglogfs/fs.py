@@ -616,51 +616,61 @@ class Operations(pyfuse3.Operations):
     def _sync_write(self, of: OpenFile, off: int, buf: bytes) -> int:
         node = of.node
         metadata = self._metadata(node.topic)
-        separator = Rendering.of(metadata).key_separator
-        raw = metadata.format == "raw"
         if node.kind is Kind.PARTITION:
             log = self._log(node)
             if not of.append and off < log.extension_end:
                 # Without O_APPEND the kernel's offset is where the writer believes it
                 # writes: below the end that would be the middle of the file.
                 raise _fail(errno.EPERM)
-            if raw:
-                if buf:
-                    self._note_append(log.topic, log.partition, append_raw(log, buf))
-                return len(buf)
-            complete, tail = of.lines.split(buf, log.config.max_message_bytes)
-            if complete:
-                self._note_append(log.topic, log.partition, append_lines(log, complete, separator))
-            of.lines.commit(tail)
-            return len(buf)
-        assert node.kind is Kind.PRODUCE
-        assert of.sticky is not None
-        if raw:
+            limit = log.config.max_message_bytes
+        else:
+            limit = self.manager.topic_config(node.topic).max_message_bytes
+        if metadata.format == "raw":
             if buf:
-                log = self.manager.log(node.topic, of.sticky.partition())
-                self._note_append(log.topic, log.partition, append_raw(log, buf))
-                of.sticky.next_batch()
+                self._append_raw(of, buf)
             return len(buf)
-        limit = self.manager.topic_config(node.topic).max_message_bytes
         complete, tail = of.lines.split(buf, limit)
         if complete:
-            self._produce(node.topic, metadata, complete, separator, of.sticky)
+            appended = self._append_lines(of, metadata, complete)
+            if appended < len(complete):
+                # A short write: the lines after `appended` were refused (the pending
+                # partial line went out with the first of them); the writer sends the
+                # rest again and meets the error then.
+                consumed = appended - len(of.lines.pending)
+                of.lines.commit(b"")
+                return consumed
         of.lines.commit(tail)
         return len(buf)
 
-    def _produce(
-        self,
-        topic: str,
-        metadata: TopicMetadata,
-        data: bytes,
-        separator: bytes | None,
-        sticky: StickyPartitioner,
-    ) -> None:
-        def log_of(partition: int) -> Log:
-            return self.manager.log(topic, partition)
+    def _append_raw(self, of: OpenFile, data: bytes) -> None:
+        node = of.node
+        if node.kind is Kind.PARTITION:
+            partition = node.partition
+        else:
+            assert of.sticky is not None
+            partition = of.sticky.partition()
+            of.sticky.next_batch()
+        self._note_append(
+            node.topic, partition, append_raw(self.manager.log(node.topic, partition), data)
+        )
 
-        for partition, info in produce_lines(log_of, metadata.partitions, data, separator, sticky):
-            self._note_append(topic, partition, info)
+    def _append_lines(self, of: OpenFile, metadata: TopicMetadata, data: bytes) -> int:
+        node = of.node
+        separator = Rendering.of(metadata).key_separator
+        if node.kind is Kind.PARTITION:
+            appended, infos = append_lines(self._log(node), data, separator)
+            for info in infos:
+                self._note_append(node.topic, node.partition, info)
+            return appended
+        assert of.sticky is not None
+
+        def log_of(partition: int) -> Log:
+            return self.manager.log(node.topic, partition)
+
+        appended, produced = produce_lines(log_of, metadata.partitions, data, separator, of.sticky)
+        for partition, info in produced:
+            self._note_append(node.topic, partition, info)
+        return appended
 
     def _note_append(self, topic: str, partition: int, info: AppendInfo) -> None:
         key = (topic, partition)
@@ -672,18 +682,9 @@ class Operations(pyfuse3.Operations):
     def _sync_append_pending(self, of: OpenFile) -> None:
         # Close (and fsync) end a partial line: it becomes a record of its own.
         data = of.lines.completed()
-        if not data:
-            return
-        node = of.node
-        metadata = self._metadata(node.topic)
-        separator = Rendering.of(metadata).key_separator
-        if node.kind is Kind.PARTITION:
-            log = self._log(node)
-            self._note_append(node.topic, node.partition, append_lines(log, data, separator))
-        else:
-            assert of.sticky is not None
-            self._produce(node.topic, metadata, data, separator, of.sticky)
-        of.lines.commit(b"")
+        if data:
+            self._append_lines(of, self._metadata(of.node.topic), data)
+            of.lines.commit(b"")
 
     @_handler
     async def flush(self, fh: int) -> None:

@@ -20,11 +20,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from storage import AppendInfo, Log, RecordTooLargeError, StickyPartitioner, partition_for_key
+from storage import (
+    AppendInfo,
+    Log,
+    RecordTooLargeError,
+    StickyPartitioner,
+    StorageError,
+    partition_for_key,
+)
 
 __all__ = ["LineBuffer", "append_lines", "append_raw", "produce_lines", "split_lines"]
 
 _NEWLINE = b"\n"
+RECORD_OVERHEAD = 16
+"""Bytes a v2 record adds to its key and value at most, for lines under 2 MiB: length,
+attributes, timestamp and offset deltas, key and value lengths, header count."""
+BATCH_OVERHEAD = 61
 
 
 def split_lines(
@@ -53,8 +64,44 @@ def split_lines(
     return values, keys
 
 
-def append_lines(log: Log, data: bytes, separator: bytes | None) -> AppendInfo:
-    """Append the complete lines of ``data`` (ending with ``\\n``) as one call.
+def batch_estimate(data_bytes: int, records: int) -> int:
+    """An upper estimate of the v2 batch holding ``records`` lines of ``data_bytes``."""
+    return data_bytes + RECORD_OVERHEAD * records + BATCH_OVERHEAD
+
+
+def line_chunks(data: bytes, limit: int) -> list[bytes]:
+    """``data`` (complete lines) cut at line ends into pieces whose batches fit
+    ``limit`` (``max.message.bytes``) by ``batch_estimate``, of about equal size.
+
+    Cost: O(pieces) searches for a newline, no object per line.
+    """
+    estimate = batch_estimate(len(data), data.count(_NEWLINE))
+    pieces = -(-estimate // max(limit - BATCH_OVERHEAD, 1))
+    if pieces <= 1:
+        return [data]
+    chunks = []
+    start = 0
+    for j in range(1, pieces):
+        cut = data.find(_NEWLINE, max(start, j * len(data) // pieces)) + 1
+        if cut <= start:
+            continue
+        chunks.append(data[start:cut])
+        start = cut
+    if start < len(data):
+        chunks.append(data[start:])
+    return chunks
+
+
+def append_lines(log: Log, data: bytes, separator: bytes | None) -> tuple[int, list[AppendInfo]]:
+    """Append the complete lines of ``data`` (ending with ``\\n``); return how many bytes
+    of ``data`` were appended, and what each append did.
+
+    Lines whose batch fits ``max.message.bytes`` are one append: one batch, one
+    ``write``, all or nothing. More lines are cut into pieces that each fit (the engine
+    would build the whole batch before splitting it), appended in order; if a later
+    piece fails, the count says how far it got: the caller answers a short write (the
+    writer retries the rest and gets the error), so no line is ever appended twice or
+    reported lost.
 
     Raises:
         RecordTooLargeError: a line's record exceeds ``max.message.bytes``; nothing
@@ -62,8 +109,18 @@ def append_lines(log: Log, data: bytes, separator: bytes | None) -> AppendInfo:
         OSError: the write failed (``ENOSPC``); nothing appended.
         ReadOnlyLogError: the log is read-only or closed.
     """
-    values, keys = split_lines(data, separator)
-    return log.append(values, keys=keys, units=len(data))
+    appended = 0
+    infos: list[AppendInfo] = []
+    for chunk in line_chunks(data, log.config.max_message_bytes):
+        values, keys = split_lines(chunk, separator)
+        try:
+            infos.append(log.append(values, keys=keys, units=len(chunk)))
+        except (StorageError, OSError):
+            if not appended:
+                raise
+            break
+        appended += len(chunk)
+    return appended, infos
 
 
 def append_raw(log: Log, data: bytes) -> AppendInfo:
@@ -77,20 +134,27 @@ def produce_lines(
     data: bytes,
     separator: bytes | None,
     sticky: StickyPartitioner,
-) -> list[tuple[int, AppendInfo]]:
+) -> tuple[int, list[tuple[int, AppendInfo]]]:
     """Append the complete lines of ``data`` to a topic, partitioned as Kafka's Java
     producer does: a keyed line to ``murmur2(key) % partitions``, keyless lines to the
     sticky partition of this write (the next write moves to another one).
 
-    One append per partition written, in partition order; returns ``(partition,
-    AppendInfo)`` for each. ``logs(p)`` gives partition ``p``'s log.
+    Keyless lines are appended as ``append_lines`` does (a count short of ``len(data)``
+    means a short write); keyed lines with one append per partition written, in
+    partition order. Returns the bytes of ``data`` appended and ``(partition,
+    AppendInfo)`` for each append. ``logs(p)`` gives partition ``p``'s log.
 
     Raises:
         RecordTooLargeError, OSError, ReadOnlyLogError: as ``append_lines``; appends to
             partitions earlier in the order may have happened.
     """
-    values, keys = split_lines(data, separator)
     keyless = sticky.partition()
+    if separator is None:
+        # No keys: the whole write goes to this write's sticky partition.
+        sticky.next_batch()
+        appended, keyless_infos = append_lines(logs(keyless), data, None)
+        return appended, [(keyless, info) for info in keyless_infos]
+    values, keys = split_lines(data, separator)
     groups: dict[int, tuple[list[bytes | None], list[bytes | None], list[int]]] = {}
     for i, value in enumerate(values):
         key = None if keys is None else keys[i]
@@ -106,14 +170,14 @@ def produce_lines(
             size += len(key) + len(separator)
         group[2][0] += size + 1
     sticky.next_batch()
-    infos = []
+    infos: list[tuple[int, AppendInfo]] = []
     for partition in sorted(groups):
         group_values, group_keys, units = groups[partition]
         info = logs(partition).append(
             group_values, keys=None if keys is None else group_keys, units=units[0]
         )
         infos.append((partition, info))
-    return infos
+    return len(data), infos
 
 
 class LineBuffer:

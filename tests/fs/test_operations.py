@@ -493,3 +493,43 @@ async def test_inodes_are_stable_and_kinds_right(ops: Operations) -> None:
     assert ops._nodes[await inode_of(ops, "/t/produce")].kind is Kind.PRODUCE
     attr = await ops.getattr(await inode_of(ops, "/t/produce"), CTX)
     assert attr.st_mode & 0o777 == 0o200
+
+
+@pytest.mark.trio
+async def test_write_over_the_batch_limit_is_cut_and_a_later_failure_is_a_short_write(
+    ops: Operations, manager: LogManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = (await ops.mkdir(pyfuse3.ROOT_INODE, b"t", 0o755, CTX)).st_ino
+    await ops.setxattr(topic, b"user.seglog.max.message.bytes", b"2000", CTX)
+    log = manager.log("t", 0)
+    lines = [b"line %02d %s" % (i, b"." * 90) for i in range(60)]
+    data = b"".join(line + b"\n" for line in lines)
+    await write(ops, "/t/0", data)
+    batches = list(log.batches(0))
+    assert len(batches) >= 3
+    assert all(b.size <= 2000 for b in batches)
+    assert [r.value for r in log.records(0)] == lines
+    # A disk that fills after the first piece: the write reports what went in.
+    real_append = log.append
+    calls = []
+
+    def append_then_fail(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_append(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(log, "append", append_then_fail)
+    fh = (await ops.open(await inode_of(ops, "/t/0"), APPEND, CTX)).fh
+    await ops.write(fh, 0, b"partial ")
+    written = await ops.write(fh, 0, data)
+    first_piece = written + len(b"partial ")
+    assert 0 < written < len(data)
+    assert data[written - 1 : written] == b"\n"
+    records = [r.value for r in log.records(0)]
+    assert records[len(lines)] == b"partial " + lines[0]
+    assert len(records) == len(lines) + data[:written].count(b"\n")
+    assert await fuse_errno(ops.write(fh, 0, data[written:])) == errno.ENOSPC
+    await ops.release(fh)
+    assert first_piece < 2000
+    assert log.log_end_offset == len(records)

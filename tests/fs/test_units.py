@@ -12,7 +12,7 @@ import pytest
 
 from seglogfs import sd_notify
 from seglogfs.errno_map import errno_for
-from seglogfs.produce import LineBuffer, split_lines
+from seglogfs.produce import LineBuffer, batch_estimate, line_chunks, split_lines
 from seglogfs.views import ViewName, parse_view_name
 from storage import (
     ConfigError,
@@ -121,3 +121,14 @@ def test_line_buffer_keeps_partial_lines() -> None:
     with pytest.raises(RecordTooLargeError):
         buffer.split(b"x" * 101, 100)
     assert buffer.pending == b""
+
+
+def test_line_chunks_fit_the_batch_limit_and_cut_at_line_ends() -> None:
+    data = b"".join(b"%d %s\n" % (i, b"v" * (i % 150)) for i in range(5000))
+    assert line_chunks(data, 10 << 20) == [data]
+    chunks = line_chunks(data, 20_000)
+    assert len(chunks) > 10
+    assert b"".join(chunks) == data
+    for chunk in chunks:
+        assert chunk.endswith(b"\n")
+        assert batch_estimate(len(chunk), chunk.count(b"\n")) <= 20_000 * 1.1

@@ -1,0 +1,400 @@
+"""Benchmark of the file system: produce, consume, tail delay, random reads, roll stalls.
+
+Run from the repository root (root, /dev/fuse)::
+
+    PYTHONPATH=. .venv/bin/python tests/bench/bench_fuse.py           # full, ~3 min
+    PYTHONPATH=. .venv/bin/python tests/bench/bench_fuse.py --quick   # smoke, < 1 min
+
+A ``seglogfs mount`` daemon runs in a subprocess on a temporary log directory (under
+``$SEGLOG_BENCH_DIR``, default the system temp directory, so plain files and the log
+directory share a disk). Each measurement prints its method, the median of several runs
+and its ratio to a baseline measured in the same run, with the direction of the ratio:
+
+- produce: ``cat lines.txt >> MNT/t/0`` (100-byte lines) against the same ``cat`` into a
+  plain file on the same disk; ratio = FUSE throughput / plain throughput (1.0 = free).
+- consume: ``cat MNT/t/0 > /dev/null`` for 100-byte lines and 4-KiB records against
+  ``cat`` of a plain file holding the same bytes and against the engine's own rendering
+  without FUSE (``log.batches`` + ``render_batch`` in this process, the work the daemon
+  does per read); ratios = FUSE MB/s / baseline MB/s (higher is better). ``dd bs=1M``
+  reads the same partition.
+- tail delay: from ``write()`` of a line returning to ``tail -f -s 0.01`` printing it.
+- random read: a 4-KiB ``pread`` at a random byte position of a 10^7-record partition
+  (a fresh descriptor each time, so no cached batch helps), against the same on a
+  10^4-record partition: the ratio shows the cost does not grow with the log.
+- roll stall: the longest gap between two 1-MiB reads of one partition while another
+  partition rolls 256-MiB segments (the daemon fsyncs each sealed segment), against the
+  longest gap of the same reads alone.
+
+Reads come from the page cache (plain files and segments alike): CPU figures for the
+daemon, not disk figures. The machine is shared: compare ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from seglogfs.positions import Rendering, position_index_spec
+from storage import BrokerConfig, LogManager
+
+ROOT = Path(__file__).resolve().parents[2]
+MB = 1_000_000
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Sizes:
+    produce_lines: int
+    consume_small_lines: int
+    consume_large_records: int
+    runs: int
+    tail_samples: int
+    big_records: int
+    small_records: int
+    random_reads: int
+    roll_bytes: int
+
+
+FULL = Sizes(1_000_000, 2_000_000, 50_000, 3, 30, 10_000_000, 10_000, 1000, 300 * MIB)
+QUICK = Sizes(100_000, 200_000, 5_000, 2, 10, 200_000, 10_000, 200, 0)
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def mounted(path: Path) -> bool:
+    target = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == target for line in f)
+
+
+class Daemon:
+    def __init__(self, log_dir: Path, mountpoint: Path, *args: str) -> None:
+        self.mountpoint = mountpoint
+        mountpoint.mkdir(exist_ok=True)
+        self.log = open(mountpoint.parent / f"{mountpoint.name}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "seglogfs.mount", str(log_dir), str(mountpoint), *args],
+            stdout=self.log,
+            stderr=self.log,
+            cwd=ROOT,
+        )
+        deadline = time.monotonic() + 30
+        while not mounted(mountpoint):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"mount failed: {self.proc.poll()}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            if mounted(self.mountpoint):
+                subprocess.run(["fusermount3", "-uz", str(self.mountpoint)], check=False)
+            self.log.close()
+
+
+def timed_shell(command: str) -> float:
+    started = time.perf_counter()
+    subprocess.run(["bash", "-c", command], check=True)
+    return time.perf_counter() - started
+
+
+def median(samples: Sequence[float]) -> float:
+    return statistics.median(samples)
+
+
+def lines_file(path: Path, count: int, width: int) -> int:
+    line = b"x" * (width - 1) + b"\n"
+    block = line * 1000
+    with open(path, "wb") as f:
+        for _ in range(count // 1000):
+            f.write(block)
+    return path.stat().st_size
+
+
+@dataclass
+class Outcome:
+    name: str
+    result: str
+    target: str
+    met: bool | None
+
+
+def bench_produce(work: Path, mnt: Path, sizes: Sizes) -> Outcome:
+    source = work / "lines.txt"
+    size = lines_file(source, sizes.produce_lines, 100)
+    plain_s, fuse_s = [], []
+    for run in range(sizes.runs):
+        plain = work / f"plain-{run}.txt"
+        plain_s.append(timed_shell(f"cat {source} >> {plain}"))
+        plain.unlink()
+        os.mkdir(mnt / f"produce{run}")
+        fuse_s.append(timed_shell(f"cat {source} >> {mnt}/produce{run}/0"))
+        os.sync()
+    fuse_rate = sizes.produce_lines / median(fuse_s)
+    plain_rate = sizes.produce_lines / median(plain_s)
+    say(
+        f"produce: cat lines.txt >> MNT/t/0, {sizes.produce_lines:,} lines of 100 B, "
+        f"median of {sizes.runs}: {fuse_rate:,.0f} lines/s "
+        f"({size / median(fuse_s) / MB:.0f} MB/s); "
+        f"plain file {plain_rate:,.0f} lines/s ({size / median(plain_s) / MB:.0f} MB/s); "
+        f"ratio FUSE/plain {fuse_rate / plain_rate:.3f} (1.0 = FUSE costs nothing)"
+    )
+    return Outcome(
+        "produce 100 B lines",
+        f"{fuse_rate:,.0f} lines/s ({fuse_rate / plain_rate:.3f}x plain)",
+        ">= 1,000,000 lines/s",
+        fuse_rate >= 1_000_000,
+    )
+
+
+def engine_render_s(log_dir: Path, topic: str) -> float:
+    with LogManager.open(log_dir, read_only=True, extension=position_index_spec) as manager:
+        log = manager.log(topic, 0)
+        rendering = Rendering.of(manager.topic(topic))
+        started = time.perf_counter()
+        total = 0
+        for batch in log.batches(log.log_start_offset):
+            total += len(rendering.render(batch).data)
+        elapsed = time.perf_counter() - started
+    assert total == log.extension_end
+    return elapsed
+
+
+def bench_consume(
+    work: Path, log_dir: Path, mnt: Path, topic: str, count: int, width: int, sizes: Sizes
+) -> Outcome:
+    source = work / f"consume-{width}.txt"
+    size = lines_file(source, count, width)
+    os.mkdir(mnt / topic)
+    timed_shell(f"cat {source} >> {mnt}/{topic}/0")
+    assert (mnt / topic / "0").stat().st_size == size
+    fuse_s = [timed_shell(f"cat {mnt}/{topic}/0 > /dev/null") for _ in range(sizes.runs)]
+    plain_s = [timed_shell(f"cat {source} > /dev/null") for _ in range(sizes.runs)]
+    dd_s = [
+        timed_shell(f"dd if={mnt}/{topic}/0 of=/dev/null bs=1M status=none")
+        for _ in range(sizes.runs)
+    ]
+    render_s = [engine_render_s(log_dir, topic) for _ in range(sizes.runs)]
+    fuse = size / median(fuse_s) / MB
+    plain = size / median(plain_s) / MB
+    render = size / median(render_s) / MB
+    dd = size / median(dd_s) / MB
+    label = "100 B lines" if width == 100 else "4 KiB records"
+    say(
+        f"consume {label}: cat MNT/t/0 > /dev/null, {size / MB:.0f} MB, median of {sizes.runs}: "
+        f"{fuse:,.0f} MB/s; plain file {plain:,.0f} MB/s (ratio FUSE/plain {fuse / plain:.3f}); "
+        f"engine rendering without FUSE {render:,.0f} MB/s "
+        f"(ratio FUSE/engine {fuse / render:.3f}); "
+        f"dd bs=1M {dd:,.0f} MB/s; higher ratios are better"
+    )
+    target_mb = 300 if width == 100 else 1000
+    return Outcome(
+        f"consume {label}",
+        f"{fuse:,.0f} MB/s ({fuse / plain:.3f}x plain, {fuse / render:.2f}x engine)",
+        f">= {target_mb} MB/s and >= 0.5x engine",
+        fuse >= target_mb and fuse / render >= 0.5,
+    )
+
+
+def bench_tail(mnt: Path, sizes: Sizes) -> Outcome:
+    os.mkdir(mnt / "tail")
+    path = mnt / "tail" / "0"
+    with open(path, "ab", buffering=0) as f:
+        f.write(b"start\n")
+    tail = subprocess.Popen(["tail", "-f", "-s", "0.01", str(path)], stdout=subprocess.PIPE)
+    delays = []
+    try:
+        assert tail.stdout is not None
+        assert tail.stdout.readline() == b"start\n"
+        with open(path, "ab", buffering=0) as f:
+            for i in range(sizes.tail_samples):
+                time.sleep(random.uniform(0.005, 0.03))  # not in step with tail's poll
+                line = b"line %d\n" % i
+                f.write(line)
+                returned = time.perf_counter()
+                assert tail.stdout.readline() == line
+                delays.append(time.perf_counter() - returned)
+    finally:
+        tail.terminate()
+        tail.wait()
+        if tail.stdout is not None:
+            tail.stdout.close()
+    worst = max(delays)
+    say(
+        f"tail delay: write() returns -> tail -f -s 0.01 prints the line, {len(delays)} lines: "
+        f"median {median(delays) * 1000:.1f} ms, max {worst * 1000:.1f} ms "
+        f"(the poll interval is 10 ms; lower is better)"
+    )
+    return Outcome(
+        "tail -f -s 0.01 delay", f"max {worst * 1000:.1f} ms", "<= 60 ms", worst <= 0.060
+    )
+
+
+def build_partition(log_dir: Path, topic: str, records: int) -> int:
+    broker = BrokerConfig(log_dirs=(str(log_dir),))
+    with LogManager.open(log_dir, broker, extension=position_index_spec) as manager:
+        manager.create_topic(topic, 1, {"segment.bytes": str(256 * MIB)})
+        log = manager.log(topic, 0)
+        values = [b"record value %08d" % i for i in range(1000)]
+        rendered = sum(len(v) + 1 for v in values)
+        for _ in range(records // 1000):
+            log.append(values, units=rendered)
+        return log.extension_end
+
+
+def random_reads(path: Path, size: int, count: int) -> list[float]:
+    rng = random.Random(1)
+    samples = []
+    for _ in range(count):
+        position = rng.randrange(size - 4096)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            started = time.perf_counter()
+            data = os.pread(fd, 4096, position)
+            samples.append(time.perf_counter() - started)
+        finally:
+            os.close(fd)
+        assert len(data) == 4096
+    return samples
+
+
+def bench_random(work: Path, sizes: Sizes) -> Outcome:
+    log_dir = work / "random-logs"
+    big = build_partition(log_dir, "big", sizes.big_records)
+    small = build_partition(log_dir, "small", sizes.small_records)
+    daemon = Daemon(log_dir, work / "mnt-random")
+    try:
+        mnt = daemon.mountpoint
+        random_reads(mnt / "big" / "0", big, 50)  # warm the page cache
+        big_s = random_reads(mnt / "big" / "0", big, sizes.random_reads)
+        small_s = random_reads(mnt / "small" / "0", small, sizes.random_reads)
+    finally:
+        daemon.stop()
+    ratio = median(big_s) / median(small_s)
+    say(
+        f"random read: 4 KiB pread at a random position, {sizes.random_reads} reads each: "
+        f"{sizes.big_records:,} records: median {median(big_s) * 1000:.3f} ms; "
+        f"{sizes.small_records:,} records: median {median(small_s) * 1000:.3f} ms; "
+        f"ratio {ratio:.2f} (1.0 = the cost does not grow with the log)"
+    )
+    return Outcome(
+        f"random read {sizes.big_records:.0e} records",
+        f"{median(big_s) * 1000:.3f} ms ({ratio:.2f}x a 1e4 log)",
+        "< 2 ms",
+        median(big_s) < 0.002,
+    )
+
+
+def read_gaps(path: Path, stop: Callable[[], bool]) -> list[float]:
+    gaps = []
+    while not stop():
+        with open(path, "rb", buffering=0) as f:
+            last = time.perf_counter()
+            while chunk := f.read(MIB):
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+                if stop() or not chunk:
+                    break
+    return gaps
+
+
+def bench_roll_stall(work: Path, mnt: Path, sizes: Sizes, read_topic: str) -> Outcome | None:
+    if sizes.roll_bytes == 0:
+        return None
+    os.mkdir(mnt / "rolling")
+    os.setxattr(mnt / "rolling", "user.seglog.segment.bytes", str(256 * MIB).encode())
+    path = mnt / read_topic / "0"
+    alone_until = time.monotonic() + 3
+    alone = read_gaps(path, lambda: time.monotonic() > alone_until)
+    done = threading.Event()
+    rolls_before = (mnt / "rolling" / "0").stat().st_size
+
+    def writer() -> None:
+        block = (b"y" * 99 + b"\n") * 10_000
+        with open(mnt / "rolling" / "0", "ab", buffering=0) as f:
+            for _ in range(sizes.roll_bytes // len(block)):
+                f.write(block)
+        done.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    during = read_gaps(path, done.is_set)
+    thread.join()
+    segments = int(os.getxattr(mnt / "rolling" / "0", "user.seglog.segments"))
+    assert rolls_before == 0
+    say(
+        f"roll stall: longest gap between 1 MiB reads of {read_topic}/0 while rolling/0 takes "
+        f"{sizes.roll_bytes / MIB:.0f} MiB in 256 MiB segments ({segments - 1} roll(s)): "
+        f"{max(during) * 1000:.1f} ms over {len(during)} reads; alone {max(alone) * 1000:.1f} ms "
+        f"over {len(alone)} reads; median {median(during) * 1000:.2f} ms vs "
+        f"{median(alone) * 1000:.2f} ms (ratio of the longest gaps "
+        f"{max(during) / max(alone):.1f}; lower is better)"
+    )
+    return Outcome(
+        "read gap during 256 MiB rolls",
+        f"max {max(during) * 1000:.0f} ms ({segments - 1} roll(s))",
+        "no stall (< 500 ms)",
+        max(during) < 0.5 and segments >= 2,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    say(
+        f"seglogfs FUSE benchmark ({'quick' if args.quick else 'full'} mode), "
+        f"Python {sys.version.split()[0]}"
+    )
+    outcomes: list[Outcome] = []
+    base = os.environ.get("SEGLOG_BENCH_DIR") or None
+    with tempfile.TemporaryDirectory(prefix="seglog-bench-fuse-", dir=base) as tmp:
+        work = Path(tmp)
+        log_dir = work / "logs"
+        daemon = Daemon(log_dir, work / "mnt")
+        try:
+            mnt = daemon.mountpoint
+            outcomes.append(bench_produce(work, mnt, sizes))
+            outcomes.append(
+                bench_consume(work, log_dir, mnt, "small", sizes.consume_small_lines, 100, sizes)
+            )
+            outcomes.append(
+                bench_consume(work, log_dir, mnt, "large", sizes.consume_large_records, 4096, sizes)
+            )
+            outcomes.append(bench_tail(mnt, sizes))
+            stall = bench_roll_stall(work, mnt, sizes, "small")
+            if stall is not None:
+                outcomes.append(stall)
+        finally:
+            daemon.stop()
+        outcomes.append(bench_random(work, sizes))
+    say()
+    say("summary" + (" (--quick sizes: not the target conditions)" if args.quick else ""))
+    for o in outcomes:
+        status = "info" if o.met is None else ("MET" if o.met else "NOT MET")
+        say(f"  {o.name:<32} {o.result:<44} {o.target:<30} {status}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
