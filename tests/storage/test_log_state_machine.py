@@ -1,11 +1,17 @@
 """A hypothesis state machine: a log against an in-memory list through appends, rolls,
-retention, flushes, clean reopens and crashes that drop an arbitrary unflushed tail."""
+retention, DeleteRecords, flushes, clean reopens and crashes that drop an arbitrary
+unflushed tail.
+
+The model decides the log start offset itself: retention is simulated on the segment
+facts (base offsets, sizes, newest timestamps) with Kafka's rules, and a crash never
+moves the start below what was checkpointed, so offsets are never handed out twice."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import settings
@@ -83,14 +89,52 @@ class LogMachine(RuleBasedStateMachine):
     def roll(self) -> None:
         self.log.roll()
 
+    def _expected_retention(self) -> list[int]:
+        """The base offsets Kafka's retention leaves, simulated on the segment facts."""
+        segments = [(s.base_offset, s.size, s.largest_timestamp()) for s in self.log.segments]
+        now = self.clock.milliseconds()
+
+        def apply(predicate: Callable[[int], bool]) -> None:
+            nonlocal segments
+            n = 0
+            for i, (_base, size, _ts) in enumerate(segments):
+                if (i == len(segments) - 1 and size == 0) or not predicate(i):
+                    break
+                n += 1
+            if n == len(segments):
+                segments = [*segments, (self.end, 0, -1)]  # roll first, as Kafka does
+            segments = segments[n:]
+
+        apply(lambda i: i + 1 < len(segments) and segments[i + 1][0] <= self.start)
+        apply(lambda i: now - segments[i][2] > CONFIG.retention_ms)
+        excess = sum(size for _, size, _ in segments) - CONFIG.retention_bytes
+
+        def over_size(i: int) -> bool:
+            nonlocal excess
+            if excess > 0 and excess - segments[i][1] >= 0:
+                excess -= segments[i][1]
+                return True
+            return False
+
+        apply(over_size)
+        return [base for base, _, _ in segments]
+
     @rule()
     def retention(self) -> None:
-        active_base = self.log.active_segment.base_offset
+        expected_bases = self._expected_retention()
         self.log.delete_old_segments()
-        assert self.log.log_start_offset >= self.start
-        assert self.log.log_start_offset <= active_base, "the active segment was deleted"
-        self.start = self.log.log_start_offset
+        assert self.log.segments.base_offsets() == expected_bases
+        self.start = max(self.start, expected_bases[0])
         self.end = max(self.end, self.start)
+        self.checkpointed_start = self.start
+        self.model = [e for e in self.model if e[0] >= self.start]
+
+    @rule(fraction=st.floats(min_value=0, max_value=1))
+    def delete_records(self, fraction: float) -> None:
+        """Kafka's DeleteRecords: the start moves; a manager checkpoints it."""
+        target = self.start + int((self.end - self.start) * fraction)
+        self.log.advance_log_start_offset(target)
+        self.start = max(self.start, target)
         self.checkpointed_start = self.start
         self.model = [e for e in self.model if e[0] >= self.start]
 
@@ -129,9 +173,11 @@ class LogMachine(RuleBasedStateMachine):
         assert survivors == self.model[: len(survivors)], "recovery kept a non-prefix"
         assert all(e in survivors for e in self.model if e[0] < recovery_point), "lost flushed data"
         # Offsets are never reused: the end may stay past the survivors (an empty
-        # rolled segment fixes it), but never beyond what was assigned.
+        # rolled segment fixes it), but never beyond what was assigned, and never
+        # below the checkpointed log start offset (the log restarts there).
         assert (survivors[-1][0] + 1 if survivors else self.start) <= self.log.log_end_offset
         assert self.log.log_end_offset <= self.end
+        assert self.log.log_end_offset >= self.checkpointed_start
         self.model = survivors
         self.end = self.log.log_end_offset
         self._all_flushed()
