@@ -68,7 +68,16 @@ from .positions import PositionReader, Rendering, position_of_offset
 from .produce import LineBuffer, append_lines, append_raw, produce_lines
 from .views import parse_view_name, resolve_offset
 
-__all__ = ["BLOCK_SIZE", "PRODUCE_FILE", "XATTR_PREFIX", "Kind", "Node", "Operations", "RunSync"]
+__all__ = [
+    "BLOCK_SIZE",
+    "PRODUCE_FILE",
+    "XATTR_PREFIX",
+    "Kind",
+    "Node",
+    "Operations",
+    "RunSync",
+    "enable_request_logging",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +139,14 @@ class OpenFile:
 
 
 _logged_failures: set[tuple[str, str]] = set()
+# Per-request DEBUG lines (--debug) cost a check on the hot path only when enabled.
+_debug = False
+
+
+def enable_request_logging(enabled: bool) -> None:
+    """Log every read and write at DEBUG (``seglogfs mount --debug``)."""
+    global _debug
+    _debug = enabled
 
 
 def _failure(handler: str, exc: Exception) -> pyfuse3.FUSEError:
@@ -597,6 +614,8 @@ class Operations(pyfuse3.Operations):
             raise _fail(errno.EBADF)
         async with of.lock:
             data: bytes = await self._run(self._sync_read, of.node, reader, off, size)
+        if _debug:
+            logger.debug("read fh=%d off=%d size=%d: %d bytes", fh, off, size, len(data))
         return data
 
     def _sync_read(self, node: Node, reader: PositionReader, off: int, size: int) -> Any:
@@ -611,6 +630,8 @@ class Operations(pyfuse3.Operations):
             raise _fail(errno.EBADF)
         async with of.lock:
             written: int = await self._run(self._sync_write, of, off, buf)
+        if _debug:
+            logger.debug("write fh=%d off=%d size=%d: %d written", fh, off, len(buf), written)
         return written
 
     def _sync_write(self, of: OpenFile, off: int, buf: bytes) -> int:

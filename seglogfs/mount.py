@@ -47,7 +47,7 @@ from storage import (
 )
 
 from . import control, sd_notify
-from .fs import Operations
+from .fs import Operations, enable_request_logging
 from .maintenance import run_maintenance
 from .positions import position_index_spec
 
@@ -129,6 +129,7 @@ def _configure_logging(debug: bool) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    enable_request_logging(debug)
     if not debug:
         # pyfuse3 logs each worker task start at DEBUG only; keep INFO quiet.
         logging.getLogger("pyfuse3").setLevel(logging.INFO)
