@@ -353,7 +353,9 @@ class LogManager:
             raise UnknownTopicError(topic) from None
 
     def logs(self) -> list[Log]:
-        return [self._logs[tp] for tp in sorted(self._logs)]
+        """Every open log, sorted by topic and partition (a snapshot)."""
+        with self._lock:
+            return [self._logs[tp] for tp in sorted(self._logs)]
 
     def describe_partition(self, topic: str, partition: int) -> PartitionDescription:
         log = self.log(topic, partition)
@@ -379,6 +381,12 @@ class LogManager:
 
     # -- maintenance (the daemon schedules these) ------------------------------------
 
+    # Every method here is safe beside appends and reads in other threads: each log
+    # takes its own lock, and a log closed meanwhile (its topic deleted) is skipped.
+    # The owner asks ``next_maintenance_due_ms`` when to call them and sleeps until then.
+    # Blocking: rolls fsync the sealed segment; flushes fsync; retention renames and
+    # unlinks files. Run them off any event loop.
+
     def run_retention(self) -> int:
         """Apply retention to every log, then checkpoint log start offsets.
 
@@ -395,15 +403,52 @@ class LogManager:
         self._check_writable()
         return sum(1 for log in self.logs() if log.roll_if_due())
 
-    def flush_dirty_logs(self) -> None:
-        """fsync every log with unflushed data, then checkpoint the recovery points.
+    def delete_expired_files(self) -> int:
+        """Unlink the ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
+        return sum(log.delete_expired_files() for log in self.logs())
 
-        The daemon runs it every ``flush.ms`` (and at checkpoint intervals).
-        """
+    def flush_dirty_logs(self) -> None:
+        """fsync every log with unflushed data, then checkpoint the recovery points."""
         self._check_writable()
         for log in self.logs():
             log.flush()
         self.checkpoint_recovery_points()
+
+    def flush_due_logs(self) -> int:
+        """fsync the logs whose ``flush.ms`` has passed since their last flush; when
+        any was, checkpoint the recovery points. Returns how many were flushed."""
+        self._check_writable()
+        now = self.clock.milliseconds()
+        flushed = 0
+        for log in self.logs():
+            due = log.next_flush_due_ms()
+            if due is not None and due <= now:
+                log.flush()
+                flushed += 1
+        if flushed:
+            self.checkpoint_recovery_points()
+        return flushed
+
+    def next_maintenance_due_ms(self) -> int:
+        """The earliest time any maintenance is due: a roll by ``segment.ms``, a
+        retention check (at the latest every ``log.retention.check.interval.ms``, as
+        Kafka; sooner when a segment's ``retention.ms`` runs out), a delayed file
+        deletion, a flush by ``flush.ms``.
+
+        Cost: O(partitions); each log reads cached facts.
+        """
+        now = self.clock.milliseconds()
+        due = now + self.broker_config.log_retention_check_interval_ms
+        for log in self.logs():
+            for when in (
+                log.next_roll_due_ms(),
+                log.next_retention_due_ms(),
+                log.next_file_deletion_due_ms(),
+                log.next_flush_due_ms(),
+            ):
+                if when is not None:
+                    due = min(due, when)
+        return max(due, now)
 
     def checkpoint(self) -> None:
         """Write both checkpoint files."""

@@ -196,3 +196,35 @@ def test_kafka_broker_directory_is_tolerated(log_dir: Path, clock: ManualClock) 
         assert manager.topics() == ["__consumer_offsets", "orders"]
         assert not (log_dir / "orders-1.0123456789abcdef0123456789abcdef-delete").exists()
         assert (log_dir / "orders-0" / "leader-epoch-checkpoint").exists()
+
+
+def test_maintenance_says_when_it_is_due(log_dir: Path, clock: ManualClock) -> None:
+    broker = BrokerConfig(log_dirs=(str(log_dir),), log_retention_check_interval_ms=300_000)
+    with LogManager.open(log_dir, broker, clock=clock) as manager:
+        manager.create_topic("t", 1, {"segment.ms": "60000", "flush.ms": "5000"})
+        now = clock.now_ms
+        assert manager.next_maintenance_due_ms() == now + 300_000  # nothing but the check
+        manager.log("t", 0).append([b"x"])
+        assert manager.next_maintenance_due_ms() == now + 5000  # flush.ms
+        clock.advance(5000)
+        assert manager.flush_due_logs() == 1
+        assert manager.flush_due_logs() == 0
+        assert manager.next_maintenance_due_ms() == now + 60_001  # the roll by segment.ms
+        clock.advance(55_001)
+        assert manager.roll_due_segments() == 1
+        assert manager.log("t", 0).number_of_segments == 2
+
+
+def test_maintenance_skips_a_log_closed_under_it(log_dir: Path, clock: ManualClock) -> None:
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("t", 1, {"segment.ms": "1", "retention.ms": "1"})
+        log = manager.log("t", 0)
+        log.append([b"x"])
+        clock.advance(10)
+        logs = manager.logs()
+        manager.delete_topic("t")  # a maintenance pass may still hold the old list
+        assert all(old.closed for old in logs)
+        assert sum(old.delete_old_segments() for old in logs) == 0
+        assert not any(old.roll_if_due() for old in logs)
+        for old in logs:
+            old.flush()
