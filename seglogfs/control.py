@@ -39,9 +39,7 @@ import struct
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-import trio
+from typing import TYPE_CHECKING, Any
 
 from storage import (
     DefaultRecordBatch,
@@ -50,10 +48,14 @@ from storage import (
     StickyPartitioner,
     StorageError,
     TopicDescription,
+    TopicMetadata,
     UnknownTopicError,
     build_record_batch,
     partition_for_key,
 )
+
+if TYPE_CHECKING:
+    import trio
 
 logger = logging.getLogger(__name__)
 
@@ -152,16 +154,51 @@ def append_records(
         indices = groups[p]
         log = manager.log(topic, p)
         if indices is None or len(indices) == n:
-            info = log.append(values, keys=keys, timestamps=timestamps, headers=headers)
-        else:
             info = log.append(
-                [values[i] for i in indices],
-                keys=None if keys is None else [keys[i] for i in indices],
+                values,
+                keys=keys,
+                timestamps=timestamps,
+                headers=headers,
+                units=rendered_units(metadata, values, keys),
+            )
+        else:
+            part_values = [values[i] for i in indices]
+            part_keys = None if keys is None else [keys[i] for i in indices]
+            info = log.append(
+                part_values,
+                keys=part_keys,
                 timestamps=None if timestamps is None else [timestamps[i] for i in indices],
                 headers=None if headers is None else [headers[i] for i in indices],
+                units=rendered_units(metadata, part_values, part_keys),
             )
         written.append((p, info.first_offset, info.last_offset))
     return written
+
+
+def rendered_units(
+    metadata: TopicMetadata,
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None,
+) -> int:
+    """The bytes these records add to the partition file (SPEC §3, as
+    ``storage.render`` renders them), handed to ``Log.append(units=)`` so the engine
+    need not decode the batch it just encoded to measure it. ``seglogfs verify``
+    recomputes every position from ``storage.render`` and reports any difference.
+
+    Cost: O(records), with no object per record.
+    """
+    if None in values:
+        total = sum(len(value) for value in values if value is not None)
+    else:
+        total = sum(map(len, values))  # type: ignore[arg-type]
+    if metadata.format == "raw":
+        return total
+    total += len(values)  # one newline per record
+    separator = metadata.key_separator
+    if separator is not None and keys is not None:
+        width = len(separator.encode())
+        total += sum(len(key) + width for key in keys if key is not None)
+    return total
 
 
 def describe_result(description: TopicDescription) -> dict[str, object]:
@@ -484,6 +521,8 @@ async def _receive_exactly(stream: trio.abc.Stream, n: int) -> bytes | None:
 
 
 async def _serve_connection(stream: trio.abc.Stream, handlers: _Handlers) -> None:
+    import trio
+
     async with stream:
         while True:
             try:
@@ -516,12 +555,23 @@ async def _serve_connection(stream: trio.abc.Stream, handlers: _Handlers) -> Non
                 return
 
 
+class _StatusIgnored:
+    """``trio.TASK_STATUS_IGNORED`` without importing trio: the command line imports
+    this module for its client and should not pay for trio (a seventh of its start)."""
+
+    def started(self, value: object = None) -> None:
+        pass
+
+
+_TASK_STATUS_IGNORED: Any = _StatusIgnored()
+
+
 async def serve(
     log_dir: Path,
     manager: LogManager,
     run_sync: Callable[..., Awaitable[object]],
     *,
-    task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[Path] = _TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the control socket of ``log_dir`` until cancelled.
 
@@ -534,6 +584,8 @@ async def serve(
     Raises:
         OSError: the socket cannot be bound.
     """
+    import trio
+
     log_dir = Path(log_dir)
     path = socket_path(log_dir)
     listener_socket = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -583,6 +635,7 @@ __all__ = [
     "daemon_socket",
     "describe_result",
     "produce",
+    "rendered_units",
     "request",
     "serve",
     "socket_path",
