@@ -36,9 +36,10 @@ from .errors import (
 )
 from .extension_index import ExtensionIndexSpec
 from .log import AppendInfo, Log
-from .log_config import BrokerConfig, LogConfig, load_properties, parse_properties
+from .log_config import BrokerConfig, LogConfig
 from .log_manager import LogManager, PartitionDescription, TopicDescription
 from .partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
+from .properties import load_properties, parse_properties
 from .record import CompressionType, Header, ProducerRecord, Record, TimestampType
 from .record_batch import DefaultRecordBatch, LegacyRecordBatch, RecordBatch, iter_batches
 from .record_columns import RecordColumns

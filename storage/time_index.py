@@ -8,11 +8,9 @@ from typing import ClassVar
 
 from .errors import CorruptIndexError, IndexFullError, InvalidOffsetError
 from .index import AbstractIndex
+from .record import NO_TIMESTAMP
 
-__all__ = ["NO_TIMESTAMP", "TimeIndex"]
-
-NO_TIMESTAMP = -1
-"""Kafka's ``RecordBatch.NO_TIMESTAMP``: the timestamp of "no entry"."""
+__all__ = ["TimeIndex"]
 
 _ENTRY = struct.Struct(">qi")
 _INT64 = struct.Struct(">q")

@@ -15,9 +15,8 @@ from storage.log_config import (
     TOPIC_CONFIG_NAMES,
     BrokerConfig,
     LogConfig,
-    load_properties,
-    parse_properties,
 )
+from storage.properties import load_properties, parse_properties
 
 HOUR_MS = 3_600_000
 

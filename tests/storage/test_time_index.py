@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError, ReadOnlyLogError
-from storage.time_index import NO_TIMESTAMP, TimeIndex
+from storage.record import NO_TIMESTAMP
+from storage.time_index import TimeIndex
 
 BASE = 100
 EMPTY = (NO_TIMESTAMP, BASE)
