@@ -529,3 +529,39 @@ def test_console_script_mounts(tmp_path: Path, mounts: list[Mount]) -> None:
     assert ok(f"cat {tmp_path}/mnt/smoke/0") == "hello\n"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(5) == 0
+
+
+def test_mtime_moves_and_size_is_exact_at_every_stat(mounted: Mount) -> None:
+    mnt = mounted.mountpoint
+    ok(f"mkdir {mnt}/t")
+    part = mnt / "t" / "0"
+    ok(f"echo first >> {part}")
+    before = os.stat(part)
+    time.sleep(0.05)
+    expected = before.st_size
+    with open(part, "ab", buffering=0) as f:
+        for i in range(20):
+            expected += f.write(b"line %d\n" % i)
+            assert os.stat(part).st_size == expected
+            assert os.fstat(f.fileno()).st_size == expected
+    after = os.stat(part)
+    assert after.st_mtime_ns > before.st_mtime_ns
+    assert after.st_size == len(b"first\n") + sum(len(b"line %d\n" % i) for i in range(20))
+
+
+def test_command_line_writes_go_through_the_mounted_daemon(mounted: Mount) -> None:
+    script = Path(sys.executable).parent / "seglogfs"
+    mnt, log_dir = mounted.mountpoint, mounted.log_dir
+    created = subprocess.run(
+        [str(script), "topics", "create", "cli", "--partitions", "2", "-d", str(log_dir)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    assert sorted(os.listdir(mnt / "cli")) == ["0", "1", "produce"]
+    produced = subprocess.run(
+        [str(script), "produce", "cli", "-p", "1", "-d", str(log_dir)],
+        input="from the command line\n", capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr
+    assert (mnt / "cli" / "1").read_bytes() == b"from the command line\n"
+    assert os.stat(mnt / "cli" / "1").st_size == len(b"from the command line\n")
