@@ -56,7 +56,17 @@ class SeglogDataSource(DataSource):
         if overwrite:
             raise SinkError("a seglog topic is append-only: use mode('append')")
         log_dir, topic = self._sink(schema)
-        return SeglogBatchWriter(log_dir, topic)
+        options = {k.lower(): v for k, v in self.options.items()}
+        app_id, version = options.get("txnappid"), options.get("txnversion")
+        if (app_id is None) != (version is None):
+            raise OptionError("txnAppId/txnVersion", app_id or version, "give both or neither")
+        txn = None
+        if app_id is not None and version is not None:
+            try:
+                txn = (app_id, int(version))
+            except ValueError:
+                raise OptionError("txnVersion", version, "must be an integer") from None
+        return SeglogBatchWriter(log_dir, topic, txn)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         log_dir, topic = self._sink(schema)

@@ -9,9 +9,10 @@ It is the classic Kafka + Spark Streaming word count with the offsets kept by Sp
 every line of ``lines`` is split on white space, the words are counted in Spark's
 state (in ``CHECKPOINT``), and every micro-batch appends the words whose count changed
 to ``word-counts`` as ``key=word, value=count`` (ASCII digits), partitioned by word
-as Kafka's producer would. The latest record of a key is its count, so ``word-counts``
-is created with ``cleanup.policy=compact``. Restarted with the same checkpoint it
-continues where it stopped: no line is counted twice and no count is appended twice.
+as Kafka's producer would. The latest record of a key is its count (a changelog,
+which ``cleanup.policy=compact`` will suit once the engine compacts). Restarted with
+the same checkpoint it continues where it stopped: no line is counted twice and no
+count is appended twice.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def ensure_topics(log_dir: Path, partitions: int = 1) -> None:
     """
     from seglogfs.control import daemon_socket, request
 
-    specs = [(SOURCE_TOPIC, {}), (SINK_TOPIC, {"cleanup.policy": "compact"})]
+    specs: list[tuple[str, dict[str, str]]] = [(SOURCE_TOPIC, {}), (SINK_TOPIC, {})]
     if daemon_socket(log_dir) is None:
         with contextlib.suppress(LogDirLockedError):
             with LogManager.open(log_dir) as manager:
@@ -86,22 +87,39 @@ def start(
     trigger_seconds: float = 1.0,
     max_offsets_per_trigger: int | None = None,
 ) -> Any:
-    """Start the pipeline; return the ``StreamingQuery``."""
+    """Start the pipeline; return the ``StreamingQuery``.
+
+    Update mode reaches a Python sink only through ``foreachBatch``: each micro-batch
+    is written by the batch sink with ``txnAppId`` (the checkpoint) and ``txnVersion``
+    (the batch id), so a micro-batch Spark replays after a failure is not appended
+    twice.
+    """
     from seglogfs.spark import register
 
     register(spark)
+    app_id = str(Path(checkpoint).resolve())
+
+    def write_batch(batch: Any, batch_id: int) -> None:
+        (
+            batch.write.format("seglog")
+            .mode("append")
+            .option("topic", SINK_TOPIC)
+            .option("txnAppId", app_id)
+            .option("txnVersion", str(batch_id))
+            .save(log_dir)
+        )
+
     writer = (
         word_counts(spark, log_dir, max_offsets_per_trigger=max_offsets_per_trigger)
-        .writeStream.format("seglog")
-        .outputMode("update")
-        .option("topic", SINK_TOPIC)
+        .writeStream.outputMode("update")
+        .foreachBatch(write_batch)
         .option("checkpointLocation", checkpoint)
     )
     if available_now:
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{trigger_seconds} seconds")
-    return writer.start(log_dir)
+    return writer.start()
 
 
 def main(argv: list[str] | None = None) -> int:

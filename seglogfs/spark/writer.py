@@ -394,7 +394,7 @@ class SinkState:
     """
 
     def __init__(self, log_dir: Path, checkpoint: str) -> None:
-        digest = hashlib.sha256(checkpoint.encode("utf-8")).hexdigest()[:24]
+        digest = _sink_id(checkpoint)
         self.sink_id = digest
         self.path = log_dir / SPARK_DIR / "sinks" / f"{digest}.json"
         self.checkpoint = checkpoint
@@ -517,30 +517,71 @@ def _files(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
     return [m.path for m in messages if isinstance(m, StagedFile) and m.rows]
 
 
-class SeglogBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("seglog")``: append-only, at least once (as Kafka's sink)."""
+def _sink_id(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
 
-    def __init__(self, log_dir: str, topic: str | None) -> None:
+
+def commit_exactly_once(
+    log_dir: str, staging: _Staging, key: str, files: Sequence[str], batch_id: int
+) -> None:
+    """Commit batch ``batch_id`` of the sink named ``key`` at most once, then drop every
+    staged file of that sink (this batch's, a replay's, failed attempts')."""
+    state = SinkState(Path(log_dir), key)
+    commit_staged(Path(log_dir), files, state=state, batch_id=batch_id)
+    staging.remove_others(keep=[])
+
+
+def abort_exactly_once(log_dir: str, key: str, files: Sequence[str]) -> None:
+    """Drop a failed batch's staged files, except those a recorded intent still needs."""
+    state = SinkState(Path(log_dir), key)
+    pending = state.pending["files"] if state.pending is not None else []
+    _remove_files([f for f in files if f not in pending])
+
+
+class SeglogBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("seglog")``: append-only, at least once (as Kafka's sink).
+
+    With the options ``txnAppId`` (a string naming the writer) and ``txnVersion`` (a
+    batch number), the write is idempotent as Delta Lake's writes with the same
+    options: a version at or below the last one committed for that ``txnAppId`` appends
+    nothing. This makes ``foreachBatch(lambda df, id: df.write...option("txnVersion",
+    id)...)`` exactly once, which is how a stateful query in update mode (not offered
+    to Python streaming sinks by Spark) writes to seglog.
+    """
+
+    def __init__(self, log_dir: str, topic: str | None, txn: tuple[str, int] | None = None) -> None:
         self.log_dir = log_dir
         self.topic = topic
-        self.staging = _Staging(log_dir, "batch")
+        self.txn = txn
+        self.staging = _Staging(log_dir, "batch" if txn is None else _sink_id(txn[0]))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return self.staging.stage(iterator, self.topic)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.txn is not None:
+            commit_exactly_once(
+                self.log_dir, self.staging, self.txn[0], _files(messages), self.txn[1]
+            )
+            return
         try:
             commit_staged(Path(self.log_dir), _files(messages), state=None, batch_id=None)
         finally:
             shutil.rmtree(self.staging.directory, ignore_errors=True)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        shutil.rmtree(self.staging.directory, ignore_errors=True)
+        if self.txn is not None:
+            abort_exactly_once(self.log_dir, self.txn[0], _files(messages))
+        else:
+            shutil.rmtree(self.staging.directory, ignore_errors=True)
 
 
 class SeglogStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("seglog")``: each micro-batch appended exactly once per
-    checkpoint, replays included (see the module docstring)."""
+    checkpoint, replays included (see the module docstring). Output modes append and
+    complete (complete appends every row of the result table, as Kafka's sink does);
+    Spark offers update mode to Python sinks only through ``foreachBatch`` (see
+    ``SeglogBatchWriter``)."""
 
     def __init__(self, log_dir: str, topic: str | None, checkpoint: str | None) -> None:
         self.log_dir = log_dir
@@ -548,21 +589,13 @@ class SeglogStreamWriter(DataSourceStreamArrowWriter):
         # Without a checkpoint location Spark uses a temporary one that no restart
         # reuses, so there is no replay to recognise: a fresh id per query.
         self.checkpoint = checkpoint or f"temporary:{uuid.uuid4().hex}"
-        self.sink_id = hashlib.sha256(self.checkpoint.encode("utf-8")).hexdigest()[:24]
-        self.staging = _Staging(log_dir, self.sink_id)
+        self.staging = _Staging(log_dir, _sink_id(self.checkpoint))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return self.staging.stage(iterator, self.topic)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log_dir = Path(self.log_dir)
-        state = SinkState(log_dir, self.checkpoint)
-        files = _files(messages)
-        commit_staged(log_dir, files, state=state, batch_id=batchId)
-        # Committed (or a replay): no staged file of this sink is needed any more.
-        self.staging.remove_others(keep=[])
+        commit_exactly_once(self.log_dir, self.staging, self.checkpoint, _files(messages), batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        state = SinkState(Path(self.log_dir), self.checkpoint)
-        pending = state.pending["files"] if state.pending is not None else []
-        _remove_files([f for f in _files(messages) if f not in pending])
+        abort_exactly_once(self.log_dir, self.checkpoint, _files(messages))

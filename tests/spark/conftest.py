@@ -36,6 +36,8 @@ def spark() -> Iterator[Any]:
         .config("spark.default.parallelism", "2")
         .config("spark.sql.session.timeZone", SESSION_TIME_ZONE)
         .config("spark.sql.streaming.stopTimeout", "30s")
+        # Stateful test queries need no extra batch just to advance a watermark.
+        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -308,3 +308,26 @@ def _schema(ddl: str) -> StructType:
         name, kind = part.split()
         fields.append(StructField(name, types[kind]))
     return StructType(fields)
+
+
+def test_batch_writes_with_a_transaction_version_are_idempotent(spark: Any, tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    _create(log_dir, ("t", 1))
+    df = spark.createDataFrame([("a",), ("b",)], "value string")
+
+    def write(version: int) -> None:
+        writer = df.write.format("seglog").mode("append").option("topic", "t")
+        writer = writer.option("txnAppId", "job-1").option("txnVersion", str(version))
+        writer.save(str(log_dir))
+
+    write(3)
+    write(3)  # a retried batch: already committed
+    write(2)  # an older one: also already covered
+    assert [v for *_, v, _ in _stored(log_dir, "t")] == [b"a", b"b"]
+    write(4)
+    assert [v for *_, v, _ in _stored(log_dir, "t")] == [b"a", b"b", b"a", b"b"]
+    assert SinkState(log_dir, "job-1").committed == 4
+    with pytest.raises(PySparkException, match="give both or neither"):
+        df.write.format("seglog").mode("append").option("topic", "t").option(
+            "txnVersion", "5"
+        ).save(str(log_dir))
