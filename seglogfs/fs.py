@@ -295,6 +295,8 @@ class Operations(pyfuse3.Operations):
         size = 0
         kind = node.kind
         if kind is Kind.ROOT or kind is Kind.TOPIC:
+            if kind is Kind.TOPIC:
+                self._metadata(node.topic)  # deleted through the command line: ENOENT
             attr.st_mode = stat.S_IFDIR | (0o555 if self.read_only else 0o755)
             attr.st_nlink = 2
         elif kind is Kind.PRODUCE:
@@ -334,9 +336,10 @@ class Operations(pyfuse3.Operations):
     async def _child(self, parent: Node, name: str) -> Node:
         if parent.kind is Kind.ROOT:
             await self._refresh_topics()
-            if name in self.manager.topics() and self._visible(name):
-                return Node(Kind.TOPIC, name)
-            raise _fail(errno.ENOENT)
+            if not self._visible(name):
+                raise _fail(errno.ENOENT)
+            self._metadata(name)
+            return Node(Kind.TOPIC, name)
         if parent.kind is not Kind.TOPIC:
             raise _fail(errno.ENOTDIR)
         metadata = self._metadata(parent.topic)

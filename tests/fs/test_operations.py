@@ -533,3 +533,25 @@ async def test_write_over_the_batch_limit_is_cut_and_a_later_failure_is_a_short_
     await ops.release(fh)
     assert first_piece < 2000
     assert log.log_end_offset == len(records)
+
+
+@pytest.mark.trio
+async def test_namespace_follows_topics_changed_behind_the_file_system(
+    ops: Operations, manager: LogManager
+) -> None:
+    manager.create_topic("made-elsewhere", 2)  # as the control socket would
+    assert await listing(ops, "/") == ["made-elsewhere"]
+    topic = await inode_of(ops, "/made-elsewhere")
+    partition = await inode_of(ops, "/made-elsewhere/1")
+    manager.delete_topic("made-elsewhere")
+    assert await listing(ops, "/") == []
+    assert await fuse_errno(ops.getattr(topic, CTX)) == errno.ENOENT
+    assert await fuse_errno(ops.getattr(partition, CTX)) == errno.ENOENT
+    assert await fuse_errno(ops.lookup(pyfuse3.ROOT_INODE, b"made-elsewhere", CTX)) == errno.ENOENT
+    manager.create_topic("made-elsewhere", 1)
+    assert await inode_of(ops, "/made-elsewhere") == topic  # the same name, the same inode
+    internal = manager.create_topic("__internal", 1)
+    assert internal.name not in await listing(ops, "/")
+    assert await fuse_errno(ops.lookup(pyfuse3.ROOT_INODE, b"__internal", CTX)) == errno.ENOENT
+    shown = Operations(manager, run_sync, show_internal=True)
+    assert "__internal" in await listing(shown, "/")
