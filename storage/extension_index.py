@@ -212,24 +212,15 @@ class ExtensionIndex(AbstractIndex):
         Raises:
             CorruptIndexError: rebuild the index from the log.
         """
-        if self._length % self.ENTRY_SIZE:
-            raise CorruptIndexError(
-                self._path,
-                f"found {self._length} bytes, which is not a multiple of {self.ENTRY_SIZE}",
-            )
+        last_offset, last_units = self._last_entry
+        self._check_sanity(last_offset)
         if not self._entries:
             return
         first_units, first_relative = _ENTRY.unpack_from(self._buf, 0)
-        last_offset, last_units = self._last_entry
         if first_relative != 0:
             raise CorruptIndexError(self._path, "entry 0 does not name the base offset")
         if first_units < 0 or last_units < first_units:
             raise CorruptIndexError(self._path, f"units go from {first_units} down to {last_units}")
-        if last_offset < self._base_offset:
-            raise CorruptIndexError(
-                self._path,
-                f"the last offset {last_offset} is below the base offset {self._base_offset}",
-            )
 
     def _check(self) -> None:
         self._check_common()

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self
 
-from .errors import ConfigError, IndexFullError, ReadOnlyLogError
+from .errors import ConfigError, CorruptIndexError, IndexFullError, ReadOnlyLogError
 
 __all__ = ["DEFAULT_MAX_INDEX_SIZE", "INT32_MAX", "AbstractIndex"]
 
@@ -233,6 +233,25 @@ class AbstractIndex(abc.ABC):
         Raises:
             CorruptIndexError: the file fails the check; rebuild it from the log.
         """
+
+    def _check_sanity(self, last_offset: int) -> None:
+        """The checks Kafka's indexes share: whole entries only, and (with entries) a
+        last offset at or above the base offset.
+
+        Raises:
+            CorruptIndexError: the index fails them; rebuild it from the log.
+        """
+        if self._length % self.ENTRY_SIZE:
+            raise CorruptIndexError(
+                self._path,
+                f"found {self._length} bytes, which is not a multiple of {self.ENTRY_SIZE}",
+            )
+        if self._entries and last_offset < self._base_offset:
+            raise CorruptIndexError(
+                self._path,
+                f"non-zero size but the last offset is {last_offset}, "
+                f"less than the base offset {self._base_offset}",
+            )
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= ``offset`` (zeroing their slots).

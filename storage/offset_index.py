@@ -6,7 +6,7 @@ import itertools
 import struct
 from typing import ClassVar
 
-from .errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from .errors import IndexFullError, InvalidOffsetError
 from .index import AbstractIndex
 
 __all__ = ["OffsetIndex"]
@@ -133,17 +133,7 @@ class OffsetIndex(AbstractIndex):
         Raises:
             CorruptIndexError: the index fails the check; rebuild it from the log.
         """
-        if self._entries and self._last_offset < self._base_offset:
-            raise CorruptIndexError(
-                self._path,
-                f"non-zero size but the last offset is {self._last_offset}, "
-                f"less than the base offset {self._base_offset}",
-            )
-        if self._length % self.ENTRY_SIZE:
-            raise CorruptIndexError(
-                self._path,
-                f"found {self._length} bytes, which is not a multiple of {self.ENTRY_SIZE}",
-            )
+        self._check_sanity(self._last_offset)
 
     def _check(self) -> None:
         self._check_common()

@@ -171,6 +171,7 @@ class TimeIndex(AbstractIndex):
             CorruptIndexError: the index fails the check; rebuild it from the log.
         """
         last_timestamp, last_offset = self._last_entry
+        self._check_sanity(last_offset)
         if self._entries:
             first_timestamp = _INT64.unpack_from(self._buf, 0)[0]
             if last_timestamp < first_timestamp:
@@ -179,17 +180,6 @@ class TimeIndex(AbstractIndex):
                     f"non-zero size but the last timestamp is {last_timestamp}, "
                     f"less than the first timestamp {first_timestamp}",
                 )
-            if last_offset < self._base_offset:
-                raise CorruptIndexError(
-                    self._path,
-                    f"non-zero size but the last offset is {last_offset}, "
-                    f"less than the base offset {self._base_offset}",
-                )
-        if self._length % self.ENTRY_SIZE:
-            raise CorruptIndexError(
-                self._path,
-                f"found {self._length} bytes, which is not a multiple of {self.ENTRY_SIZE}",
-            )
 
     def _check(self) -> None:
         self._check_common()
