@@ -1,34 +1,35 @@
-"""The daemon's background work, one trio task per schedule, all in its nursery.
+"""The daemon's background work: trio tasks in its nursery, stopped with it.
 
-A writable mount runs what Kafka's ``LogManager`` schedules:
+A writable mount runs what Kafka's ``LogManager`` schedules, on the engine's calls:
 
-- retention every ``log.retention.check.interval.ms`` (``LogManager.run_retention``);
-- roll by time (``segment.ms``) and the delayed removal of ``.deleted`` files
-  (``file.delete.delay.ms``), checked every second: Kafka rolls on time only when a
-  record arrives, the daemon also seals a quiet partition's segment on time;
-- flush by ``flush.ms``: a log with unflushed records whose last flush is older than
-  its ``flush.ms`` is fsynced (``flush.messages`` is the engine's, on append);
+- retention every ``log.retention.check.interval.ms`` (``run_retention``: time and
+  size), and also as soon as a segment's ``retention.ms`` runs out;
+- roll by time (``segment.ms``): Kafka rolls on time only when a record arrives, the
+  daemon also seals a quiet partition's segment on time (``roll_due_segments``);
+- removal of ``.deleted`` files after ``file.delete.delay.ms``;
+- flush by ``flush.ms`` (``flush_due_logs``; ``flush.messages`` is the engine's, on
+  append);
 - recovery-point and log-start-offset checkpoints on their broker intervals.
 
-A read-only mount instead follows the writer: ``LogManager.refresh`` once a second for
-new topics and partitions (each log is also refreshed when it is read or stat'ed).
+The timed work sleeps until ``LogManager.next_maintenance_due_ms`` (at most
+``MAX_SLEEP_S``, so a config changed through ``setfattr`` is noticed). A read-only mount
+instead follows the writer: ``LogManager.refresh`` every ``REFRESH_S`` (each log is also
+refreshed when it is read or stat'ed).
 
 Every engine call goes through the daemon's ``run_sync`` bridge to a worker thread, so
 an fsync of a large sealed segment never stalls the event loop. A failing task logs the
-error (its traceback once) and tries again at its next interval: background work never
-takes the mount down.
+error (its traceback once) and tries again later: background work never takes the mount
+down.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 
 import trio
 
-from storage import Log, LogManager
-from storage.log_config import LONG_MAX
+from storage import LogManager
 
 from .fs import RunSync
 
@@ -36,9 +37,8 @@ __all__ = ["run_maintenance"]
 
 logger = logging.getLogger(__name__)
 
-ROLL_CHECK_S = 1.0
+MAX_SLEEP_S = 1.0
 REFRESH_S = 1.0
-FLUSH_TICK_S = 0.1
 
 
 async def run_maintenance(manager: LogManager, run_sync: RunSync, *, read_only: bool) -> None:
@@ -55,7 +55,7 @@ async def run_maintenance(manager: LogManager, run_sync: RunSync, *, read_only: 
             run_sync,
             lambda: _retention(manager),
         )
-        nursery.start_soon(_every, ROLL_CHECK_S, "roll", run_sync, lambda: _roll(manager))
+        nursery.start_soon(_when_due, manager, run_sync)
         nursery.start_soon(
             _every,
             broker.log_flush_offset_checkpoint_interval_ms / 1000,
@@ -70,21 +70,31 @@ async def run_maintenance(manager: LogManager, run_sync: RunSync, *, read_only: 
             run_sync,
             manager.checkpoint_log_start_offsets,
         )
-        nursery.start_soon(_flush_by_time, manager, run_sync)
+
+
+class _Failures:
+    """A background task's error log: the traceback the first time, a line after."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.seen = False
+
+    def report(self, exc: Exception) -> None:
+        if self.seen:
+            logger.error("%s failed again: %s", self.what, exc)
+        else:
+            logger.error("%s failed; retrying", self.what, exc_info=exc)
+        self.seen = True
 
 
 async def _every(seconds: float, what: str, run_sync: RunSync, work: Callable[[], object]) -> None:
-    failed_before = False
+    failures = _Failures(what)
     while True:
         await trio.sleep(seconds)
         try:
             await run_sync(work)
         except Exception as exc:
-            if failed_before:
-                logger.error("%s failed again: %s", what, exc)
-            else:
-                logger.error("%s failed; retrying every %.3g s", what, seconds, exc_info=exc)
-            failed_before = True
+            failures.report(exc)
 
 
 def _retention(manager: LogManager) -> None:
@@ -93,41 +103,28 @@ def _retention(manager: LogManager) -> None:
         logger.info("retention deleted %d segment(s)", deleted)
 
 
-def _roll(manager: LogManager) -> None:
+def _due_work(manager: LogManager) -> int:
+    """Do what is due now; return the engine-clock time (ms) the next work is due."""
     rolled = manager.roll_due_segments()
     if rolled:
         logger.info("rolled %d segment(s) on time (segment.ms)", rolled)
-    for log in manager.logs():
-        log.delete_expired_files()
+    now = manager.clock.milliseconds()
+    if any(
+        (due := log.next_retention_due_ms()) is not None and due <= now for log in manager.logs()
+    ):
+        _retention(manager)
+    manager.delete_expired_files()
+    manager.flush_due_logs()
+    return manager.next_maintenance_due_ms() - manager.clock.milliseconds()
 
 
-async def _flush_by_time(manager: LogManager, run_sync: RunSync) -> None:
-    # flush.ms per log (Kafka's LogManager.flushDirtyLogs): cheap in-memory checks every
-    # tick; a thread only for the logs that are due.
-    last_flush: dict[tuple[str, int], float] = {}
-    failed_before = False
+async def _when_due(manager: LogManager, run_sync: RunSync) -> None:
+    failures = _Failures("roll/delete/flush")
+    wait_ms = 0
     while True:
-        await trio.sleep(FLUSH_TICK_S)
-        now = time.monotonic()
-        due = []
-        for log in manager.logs():
-            flush_ms = log.config.flush_ms
-            if flush_ms >= LONG_MAX or log.recovery_point >= log.log_end_offset:
-                continue
-            key = (log.topic, log.partition)
-            if (now - last_flush.setdefault(key, now)) * 1000 >= flush_ms:
-                due.append(log)
-                last_flush[key] = now
-        if not due:
-            continue
+        await trio.sleep(min(max(wait_ms, 10) / 1000, MAX_SLEEP_S))
         try:
-            await run_sync(_flush_logs, due)
+            wait_ms = await run_sync(_due_work, manager)
         except Exception as exc:
-            if not failed_before:
-                logger.error("flush.ms flush failed", exc_info=exc)
-            failed_before = True
-
-
-def _flush_logs(logs: list[Log]) -> None:
-    for log in logs:
-        log.flush()
+            failures.report(exc)
+            wait_ms = int(MAX_SLEEP_S * 1000)

@@ -49,6 +49,9 @@ async def test_flush_ms_flushes_a_dirty_log(log_dir: Path, clock: ManualClock) -
         assert fast.recovery_point == 0
         async with trio.open_nursery() as nursery:
             nursery.start_soon(partial(run_maintenance, manager, run_sync, read_only=False))
+            await trio.sleep(0.3)
+            assert fast.recovery_point == 0  # flush.ms has not passed on the log's clock
+            clock.advance(60)
             await wait_for(lambda: fast.recovery_point == 2)
             nursery.cancel_scope.cancel()
         assert never.recovery_point == 0  # flush.ms unlimited: left to the OS
