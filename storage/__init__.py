@@ -8,7 +8,8 @@ the log directory with topics, checkpoints and the writer lock (``log_manager``)
 
 This package never imports trio, pyfuse3, pyspark or seglogfs.
 
-``compiled`` tells whether the mypyc-compiled hot modules are in use (see ``_build``).
+``compiled`` tells whether the mypyc-compiled hot modules are in use, ``build_info``
+why (see ``_build``).
 """
 
 # First: ``_build`` chooses the compiled or the source modules before any is imported.
@@ -47,7 +48,9 @@ from .render import RenderedBatch, render_batch, rendered_size
 from .topic import TopicMetadata, validate_topic_name
 
 compiled: bool = SELECTION.compiled
-"""True when the mypyc-compiled hot modules run; ``SELECTION.reason`` says why not."""
+"""True when the mypyc-compiled hot modules run (see ``build_info`` for why or why not)."""
+build_info: str = SELECTION.reason
+"""Which build runs and why, e.g. ``compiled (mypyc 2.4.1)``."""
 
 __all__ = [
     "SYSTEM_CLOCK",
@@ -90,6 +93,7 @@ __all__ = [
     "TopicExistsError",
     "TopicMetadata",
     "UnknownTopicError",
+    "build_info",
     "build_record_batch",
     "compiled",
     "iter_batches",

@@ -23,6 +23,7 @@ Cost: one read and hash of about ten source files at import (well under a millis
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.abc
 import importlib.machinery
 import json
@@ -138,7 +139,21 @@ def select() -> BuildSelection:
         reason = f"pure Python: compiled files missing for {', '.join(missing)}; " + REBUILD_HINT
         _log.warning("storage: %s", reason)
         return BuildSelection(False, reason)
-    sys.meta_path.insert(0, _CompiledModuleFinder(files))
+    finder = _CompiledModuleFinder(files)
+    sys.meta_path.insert(0, finder)
+    before = set(sys.modules)
+    try:
+        # Load them now, while falling back is still possible: a compiled module can
+        # fail to initialise (e.g. a runtime library older than the one compiled against).
+        for name in sorted(files):
+            importlib.import_module(name)
+    except Exception as exc:
+        sys.meta_path.remove(finder)
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+        reason = f"pure Python: the compiled modules do not load ({exc}); " + REBUILD_HINT
+        _log.warning("storage: %s", reason)
+        return BuildSelection(False, reason)
     return BuildSelection(
         True, f"compiled ({manifest.get('compiler', 'mypyc')})", tuple(sorted(files))
     )

@@ -36,7 +36,7 @@ def probe(copy: Path, **env: str) -> tuple[dict[str, Any], str]:
         "names = ['storage.record_columns', 'storage.varint', 'storage.render']\n"
         "print(json.dumps({\n"
         "  'compiled': storage.compiled,\n"
-        "  'reason': storage.SELECTION.reason,\n"
+        "  'reason': storage.build_info,\n"
         "  'extension': {n: isinstance(sys.modules[n].__loader__, m.ExtensionFileLoader)\n"
         "                for n in names},\n"
         "  'package': storage.__file__,\n"
@@ -161,6 +161,16 @@ def test_missing_compiled_file_falls_back_with_a_warning(fresh_copy: Path) -> No
     report, stderr = probe(fresh_copy)
     assert report["compiled"] is False
     assert "compiled files missing for storage.render" in stderr
+
+
+def test_compiled_module_that_fails_to_load_falls_back_with_a_warning(fresh_copy: Path) -> None:
+    # e.g. a runtime library older than the one compiled against; here a broken file
+    broken = next((fresh_copy / "storage" / "_compiled").glob("_engine__mypyc.*.so"))
+    broken.write_bytes(b"not an ELF file")
+    report, stderr = probe(fresh_copy)
+    assert report["compiled"] is False
+    assert report["extension"] == dict.fromkeys(report["extension"], False)
+    assert "the compiled modules do not load" in stderr
 
 
 def test_build_without_a_compiler_installs_pure_python(tmp_path: Path) -> None:

@@ -1,22 +1,23 @@
-"""Benchmark of the storage engine: append, sequential read, random lookup, crash reopen.
+"""Benchmark of the storage engine, compiled (mypyc) against pure Python in the same run.
 
 Run from the repository root::
 
-    PYTHONPATH=. .venv/bin/python tests/bench/bench_storage.py           # full, ~10 min
-    PYTHONPATH=. .venv/bin/python tests/bench/bench_storage.py --quick   # smoke, < 30 s
+    .venv/bin/python tests/bench/bench_storage.py           # full sizes, a few minutes
+    .venv/bin/python tests/bench/bench_storage.py --quick   # smoke, under a minute
 
-Each measurement prints its method, the median of several runs (the count is printed)
-and the ratio to a baseline measured in the same process run, as STYLE.md point 10 asks;
-a summary table at the end gives each figure against its target. Files live in a
-temporary directory under ``$SEGLOG_BENCH_DIR`` (default: the system temp directory),
-removed at the end.
+Every measurement runs twice, in two fresh interpreters started by this script: one with
+the installed build (the compiled modules when ``storage.compiled`` is true) and one with
+``SEGLOG_PURE_PYTHON=1`` (the same modules from source). Each prints its median over
+several runs (the count is shown); the ratio is pure time / compiled time, so above 1
+means the compiled build is that many times faster. Targets apply to the compiled build.
+A table at the end gives every figure. The engine under test is the one this script
+imports (``PYTHONPATH`` chooses another checkout).
 
-The page cache cannot be dropped without root, so every read (the engine's and the
-baselines') is served from the page cache: these are CPU-bound figures for the Python
-code, not disk figures. Writes are not fsynced (``flush.messages`` is left at its
-default, as a broker leaves flushing to the OS); dirty pages are written back with
-``os.sync()`` between runs, outside the timed sections, so one run's writeback does
-not land in the next one's timing.
+Files live in a temporary directory under ``$SEGLOG_BENCH_DIR`` (default: the system
+temp directory), removed at the end. The page cache cannot be dropped without root, so
+reads come from memory: these are CPU figures for the engine's code, not disk figures.
+Appends are not fsynced (as a broker leaves flushing to the OS); ``os.sync()`` runs
+between runs, outside the timed sections.
 
 The file is named ``bench_*.py`` so that pytest (which collects ``test_*.py``) ignores it.
 """
@@ -25,11 +26,13 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
 import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,20 +41,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from storage import Log, LogConfig, build_record_batch
+import storage
+from storage import Log, LogConfig, render_batch
 
 T = TypeVar("T")
 
 TIMESTAMP_MS = 1_700_000_000_000
 """One fixed create time for every record: no time-based roll, deterministic bytes."""
 BATCH_RECORDS = 1000
-READ_CHUNK = 1 << 20
 MIB = 1 << 20
 GIB = 1 << 30
 VALUE_POOL_BATCHES = 8
 """Distinct value lists cycled through on append (values are built outside the timing)."""
+PURE_ENV = "SEGLOG_PURE_PYTHON"
 
 
 class FixedClock:
@@ -68,84 +72,52 @@ CLOCK = FixedClock()
 class Sizes:
     """Workload sizes of one mode."""
 
-    append_runs: int
-    append_records_small: int
-    append_records_large: int
-    read_runs: int
+    runs: int
+    append_records: int
+    read_records: int
+    render_bytes: int
     lookup_small: int
     lookup_large: int
     lookup_count: int
     lookup_segment_bytes: int
-    lookup_build_budget_s: float
     recovery_runs: int
     recovery_bytes: int
     recovery_segment_bytes: int
 
 
 FULL = Sizes(
-    append_runs=5,
-    append_records_small=1_000_000,
-    append_records_large=200_000,
-    read_runs=5,
+    runs=5,
+    append_records=1_000_000,
+    read_records=1_000_000,
+    render_bytes=256 * MIB,
     lookup_small=10_000,
     lookup_large=10_000_000,
     lookup_count=2000,
     lookup_segment_bytes=64 * MIB,
-    lookup_build_budget_s=120.0,
     recovery_runs=3,
     recovery_bytes=GIB,
     recovery_segment_bytes=256 * MIB,
 )
 QUICK = Sizes(
-    append_runs=3,
-    append_records_small=100_000,
-    append_records_large=20_000,
-    read_runs=3,
+    runs=3,
+    append_records=100_000,
+    read_records=100_000,
+    render_bytes=16 * MIB,
     lookup_small=10_000,
     lookup_large=1_000_000,
     lookup_count=300,
     lookup_segment_bytes=8 * MIB,
-    lookup_build_budget_s=10.0,
     recovery_runs=3,
     recovery_bytes=64 * MIB,
     recovery_segment_bytes=16 * MIB,
 )
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """One line of the summary table."""
-
-    name: str
-    figure: str
-    target: str
-    met: bool | None  # None: informational, no target
-
-
-# -- helpers -------------------------------------------------------------------------
+# -- helpers (both processes) -----------------------------------------------------------
 
 
 def say(text: str = "") -> None:
     print(text, flush=True)
-
-
-def fmt_rate(records_per_s: float) -> str:
-    return f"{records_per_s:,.0f} rec/s"
-
-
-def fmt_seconds(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} us"
-    if seconds < 1.0:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds:.2f} s"
-
-
-def percentile(samples: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(samples)
-    rank = max(1, math.ceil(fraction * len(ordered)))
-    return ordered[rank - 1]
 
 
 def timed(action: Callable[[], T]) -> tuple[float, T]:
@@ -157,37 +129,31 @@ def timed(action: Callable[[], T]) -> tuple[float, T]:
     return time.perf_counter() - start, result
 
 
-def segment_files(log_dir: Path) -> list[Path]:
-    return sorted(log_dir.glob("*.log"))
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(samples)
+    return ordered[max(1, math.ceil(fraction * len(ordered))) - 1]
 
 
-def total_size(paths: Sequence[Path]) -> int:
-    return sum(p.stat().st_size for p in paths)
-
-
-def read_files_raw(paths: Sequence[Path]) -> int:
-    """The baseline reader: plain ``os.read`` in 1 MiB chunks; returns bytes read."""
-    total = 0
-    for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            while chunk := os.read(fd, READ_CHUNK):
-                total += len(chunk)
-        finally:
-            os.close(fd)
-    return total
-
-
-def value_pool(value_size: int) -> list[list[bytes]]:
+def value_pool(value_size: int, seed: int = 0) -> list[list[bytes]]:
     """``VALUE_POOL_BATCHES`` lists of ``BATCH_RECORDS`` distinct random values."""
-    rng = random.Random(value_size)
+    rng = random.Random(value_size * 1000 + seed)
     return [
         [rng.randbytes(value_size) for _ in range(BATCH_RECORDS)] for _ in range(VALUE_POOL_BATCHES)
     ]
 
 
-def open_log(log_dir: Path, segment_bytes: int) -> Log:
-    return Log.open(log_dir, LogConfig(segment_bytes=segment_bytes), clock=CLOCK, writable=True)
+def open_log(log_dir: Path, segment_bytes: int = GIB, *, writable: bool = True) -> Log:
+    return Log.open(log_dir, LogConfig(segment_bytes=segment_bytes), clock=CLOCK, writable=writable)
+
+
+def fill(log: Log, pool: list[list[bytes]], batches: int, keys: list[list[bytes]] | None) -> None:
+    for i in range(batches):
+        log.append(
+            pool[i % VALUE_POOL_BATCHES],
+            keys=None if keys is None else keys[i % VALUE_POOL_BATCHES],
+            timestamps=TIMESTAMP_MS,
+        )
 
 
 def crash(log: Log) -> None:
@@ -208,94 +174,30 @@ def scratch_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-# -- 1. append -----------------------------------------------------------------------
+# -- measurements (run in the worker processes) -----------------------------------------
+#
+# Each returns {"median": seconds, "runs": [...], "units": work per run, ...}; the
+# parent turns seconds into rates.
 
 
-def append_records(log: Log, pool: list[list[bytes]], batches: int) -> None:
-    for i in range(batches):
-        log.append(pool[i % VALUE_POOL_BATCHES], timestamps=TIMESTAMP_MS)
-
-
-def write_raw(path: Path, encoded: list[bytes], batches: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
-    try:
-        for i in range(batches):
-            os.write(fd, encoded[i % VALUE_POOL_BATCHES])
-    finally:
-        os.close(fd)
-
-
-def bench_append(
-    root: Path, value_size: int, records: int, runs: int, target: float | None
-) -> tuple[Outcome, Path]:
-    """Append throughput; returns the summary line and the log of the last run (kept)."""
-    batches = records // BATCH_RECORDS
-    records = batches * BATCH_RECORDS
+def measure_append(root: Path, sizes: Sizes, value_size: int, keyed: bool) -> dict[str, Any]:
+    batches = sizes.append_records // BATCH_RECORDS
     pool = value_pool(value_size)
-    encoded = [build_record_batch(values, timestamps=TIMESTAMP_MS) for values in pool]
-    total_bytes = sum(len(encoded[i % VALUE_POOL_BATCHES]) for i in range(batches))
-    say(
-        f"[append {value_size} B] {records:,} records/run in {batches} batches of "
-        f"{BATCH_RECORDS}, {total_bytes / MIB:.0f} MiB encoded, segment.bytes 1 GiB; "
-        f"{runs} runs of each, log and baseline alternating"
-    )
-    say(
-        "  method: Log.append(values, timestamps=int) per batch into a fresh log (build "
-        "+ CRC + write + index);"
-    )
-    say(
-        "  baseline: os.write of the same encoded batch bytes, one write per batch, to a "
-        "plain O_APPEND file"
-    )
-    log_times: list[float] = []
-    raw_times: list[float] = []
-    kept = root / f"append{value_size}-0"
-    for run in range(runs):
-        log_dir = root / f"append{value_size}-{run}"
-        raw_path = root / f"raw{value_size}.bin"
-        log = open_log(log_dir, GIB)
-        log_s, _ = timed(partial(append_records, log, pool, batches))
-        log_times.append(log_s)
-        assert log.log_end_offset == records
-        assert log.size == total_bytes, (log.size, total_bytes)
+    keys = value_pool(8, seed=1) if keyed else None
+    times = []
+    for run in range(sizes.runs):
+        log_dir = root / f"append-{run}"
+        log = open_log(log_dir)
+        seconds, _ = timed(partial(fill, log, pool, batches, keys))
+        times.append(seconds)
+        assert log.log_end_offset == batches * BATCH_RECORDS
         log.close()
-        raw_s, _ = timed(partial(write_raw, raw_path, encoded, batches))
-        raw_times.append(raw_s)
-        raw_path.unlink()
-        if run < runs - 1:
-            shutil.rmtree(log_dir)
-        else:
-            kept = log_dir
+        shutil.rmtree(log_dir)
         os.sync()
-    log_s = statistics.median(log_times)
-    raw_s = statistics.median(raw_times)
-    rate = records / log_s
-    say(
-        f"  log     : median {fmt_seconds(log_s)} = {fmt_rate(rate)}, "
-        f"{total_bytes / log_s / 1e6:,.0f} MB/s of encoded bytes, "
-        f"{records * value_size / log_s / 1e6:,.0f} MB/s of values"
-    )
-    say(
-        f"  baseline: median {fmt_seconds(raw_s)} = {fmt_rate(records / raw_s)}, "
-        f"{total_bytes / raw_s / 1e6:,.0f} MB/s"
-    )
-    say(f"  ratio log/baseline time: {log_s / raw_s:.2f}x")
-    say()
-    met = None if target is None else rate >= target
-    target_text = "-" if target is None else f">= {fmt_rate(target)}"
-    outcome = Outcome(
-        f"append {value_size} B values",
-        f"{fmt_rate(rate)} ({log_s / raw_s:.1f}x os.write)",
-        target_text,
-        met,
-    )
-    return outcome, kept
+    return {"runs": times, "units": batches * BATCH_RECORDS}
 
 
-# -- 2. sequential read ----------------------------------------------------------------
-
-
-def sum_value_lengths(log: Log) -> int:
+def sum_record_values(log: Log) -> int:
     total = 0
     for record in log.records(0):
         value = record.value
@@ -304,7 +206,7 @@ def sum_value_lengths(log: Log) -> int:
     return total
 
 
-def sum_column_value_lengths(log: Log) -> int:
+def sum_column_values(log: Log) -> int:
     total = 0
     for columns in log.record_columns(0):
         for value in columns.values:
@@ -313,181 +215,145 @@ def sum_column_value_lengths(log: Log) -> int:
     return total
 
 
-READ_PATHS = {
-    "records": (
-        sum_value_lengths,
-        "for record in log.records(0): total += len(record.value) "
-        "(CRC-checked, every record decoded into a Record tuple)",
-    ),
-    "columns": (
-        sum_column_value_lengths,
-        "for columns in log.record_columns(0): for value in columns.values: total += len(value)"
-        " (CRC-checked, every record decoded; the bulk path meant for the FUSE renderer and Spark"
-        " source)",
-    ),
+def rendered_bytes(log: Log) -> int:
+    total = 0
+    for batch in log.batches(0):
+        total += len(render_batch(batch, raw=False, key_separator=None).data)
+    return total
+
+
+READERS: dict[str, Callable[[Log], int]] = {
+    "records": sum_record_values,
+    "columns": sum_column_values,
+    "render": rendered_bytes,
 }
 
 
-def bench_read(
-    log_dir: Path, value_size: int, runs: int, target: float | None, path: str
-) -> Outcome:
-    read_all, method = READ_PATHS[path]
-    files = segment_files(log_dir)
-    size = total_size(files)
-    log = Log.open(log_dir, LogConfig(segment_bytes=GIB), clock=CLOCK, writable=False)
+def measure_read(shared: Path, sizes: Sizes, log_name: str, reader: str) -> dict[str, Any]:
+    log = open_log(shared / log_name, writable=False)
     try:
-        records = log.log_end_offset
-        say(
-            f"[read {value_size} B, {path}] {records:,} records, {size / MIB:.0f} MiB in "
-            f"{len(files)} segment(s), from the page cache; {runs} runs of each"
-        )
-        say(f"  method: {method}")
-        say("  baseline: os.read of the same .log files in 1 MiB chunks")
-        log_times: list[float] = []
-        raw_times: list[float] = []
-        expected = records * value_size
-        for _ in range(runs):
-            log_s, got = timed(partial(read_all, log))
+        read_all = READERS[reader]
+        expected = read_all(log)  # also warms the page cache
+        times = []
+        for _ in range(sizes.runs):
+            seconds, got = timed(partial(read_all, log))
             assert got == expected, (got, expected)
-            log_times.append(log_s)
-            raw_s, _ = timed(partial(read_files_raw, files))
-            raw_times.append(raw_s)
+            times.append(seconds)
+        return {"runs": times, "units": log.log_end_offset, "bytes": expected}
     finally:
         log.close()
-    log_s = statistics.median(log_times)
-    raw_s = statistics.median(raw_times)
-    rate = records / log_s
-    say(
-        f"  log     : median {fmt_seconds(log_s)} = {fmt_rate(rate)}, "
-        f"{size / log_s / 1e6:,.0f} MB/s of file bytes"
-    )
-    say(f"  baseline: median {fmt_seconds(raw_s)} = {size / raw_s / 1e6:,.0f} MB/s")
-    say(f"  ratio log/baseline time: {log_s / raw_s:.1f}x")
-    say()
-    met = None if target is None else rate >= target
-    target_text = "-" if target is None else f">= {fmt_rate(target)}"
-    return Outcome(
-        f"read {value_size} B values ({path})",
-        f"{fmt_rate(rate)} ({log_s / raw_s:.0f}x os.read)",
-        target_text,
-        met,
-    )
 
 
-# -- 3. random lookup ----------------------------------------------------------------
+def measure_lookup(shared: Path, sizes: Sizes, log_name: str) -> dict[str, Any]:
+    log = open_log(shared / log_name, writable=False)
+    try:
+        n = log.log_end_offset
+        rng = random.Random(n)
+        offsets = [rng.randrange(n) for _ in range(sizes.lookup_count)]
+        for offset in offsets[:50]:  # warm the index pages and the segment map
+            next(log.records(offset))
+        gc.collect()
+        clock = time.perf_counter
+        samples = []
+        for offset in offsets:
+            start = clock()
+            record = next(log.records(offset))
+            samples.append(clock() - start)
+            assert record.offset == offset, (record.offset, offset)
+        positioning = []
+        for offset in offsets:
+            start = clock()
+            next(log.batches(offset))
+            positioning.append(clock() - start)
+        return {
+            "runs": samples,
+            "units": 1,
+            "p99": percentile(samples, 0.99),
+            "positioning": statistics.median(positioning),
+            "segments": log.number_of_segments,
+            "records": n,
+        }
+    finally:
+        log.close()
 
 
-@dataclass(frozen=True)
-class LookupResult:
-    records: int
-    segments: int
-    median_s: float
-    p99_s: float
-    positioning_median_s: float
-
-
-def build_lookup_log(log_dir: Path, records: int, segment_bytes: int, budget_s: float) -> Log:
-    """Append ``records`` 10-byte values (fewer if ``budget_s`` runs out); report it."""
-    rng = random.Random(10)
-    pool = [[rng.randbytes(10) for _ in range(BATCH_RECORDS)] for _ in range(VALUE_POOL_BATCHES)]
-    log = open_log(log_dir, segment_bytes)
-    batches = records // BATCH_RECORDS
-    start = time.perf_counter()
-    for i in range(batches):
-        log.append(pool[i % VALUE_POOL_BATCHES], timestamps=TIMESTAMP_MS)
-        if i % 100 == 99 and time.perf_counter() - start > budget_s:
-            say(f"  build stopped by its {budget_s:.0f} s budget at {log.log_end_offset:,}")
-            break
-    elapsed = time.perf_counter() - start
-    say(
-        f"  built {log.log_end_offset:,} records ({log.size / MIB:.0f} MiB, "
-        f"{log.number_of_segments} segment(s)) in {elapsed:.1f} s "
-        f"= {fmt_rate(log.log_end_offset / elapsed)}"
-    )
-    return log
-
-
-def measure_lookups(log: Log, count: int) -> LookupResult:
-    n = log.log_end_offset
-    rng = random.Random(n)
-    offsets = [rng.randrange(n) for _ in range(count)]
-    # Warm the index pages and the segment map once, outside the samples.
-    for offset in offsets[:50]:
-        next(log.records(offset))
-    gc.collect()
-    samples: list[float] = []
-    clock = time.perf_counter
-    for offset in offsets:
-        start = clock()
-        record = next(log.records(offset))
-        samples.append(clock() - start)
-        assert record.offset == offset, (record.offset, offset)
-    positioning: list[float] = []
-    for offset in offsets:
-        start = clock()
-        next(log.batches(offset))
-        positioning.append(clock() - start)
-    return LookupResult(
-        n,
-        log.number_of_segments,
-        statistics.median(samples),
-        percentile(samples, 0.99),
-        statistics.median(positioning),
-    )
-
-
-def bench_lookup(root: Path, sizes: Sizes) -> Outcome:
-    count = sizes.lookup_count
-    say(
-        f"[lookup] random offsets, {count} lookups per log; 10-byte values, batches of "
-        f"{BATCH_RECORDS}, segment.bytes {sizes.lookup_segment_bytes // MIB} MiB, "
-        "index.interval.bytes 4096 (default)"
-    )
-    say(
-        "  method: next(log.records(offset)) timed one by one (segment bisection, index "
-        "lookup, forward scan, CRC check and decode of the 1000-record batch holding it)"
-    )
-    say("  also:   next(log.batches(offset)) (positioning + CRC, no record decode)")
-    say(f"  baseline: the same lookups on a {sizes.lookup_small:,}-record log")
-    results: list[LookupResult] = []
-    for records in (sizes.lookup_small, sizes.lookup_large):
-        log_dir = root / f"lookup-{records}" / "bench-0"
-        budget = sizes.lookup_build_budget_s
-        log = build_lookup_log(log_dir, records, sizes.lookup_segment_bytes, budget)
-        try:
-            results.append(measure_lookups(log, count))
-        finally:
-            log.close()
-        shutil.rmtree(log_dir.parent)
+def measure_recovery(shared: Path, sizes: Sizes, recovery_point: int) -> dict[str, Any]:
+    log_dir = shared / "recovery"
+    config = LogConfig(segment_bytes=sizes.recovery_segment_bytes)
+    times = []
+    end = -1
+    for _ in range(sizes.recovery_runs):
         os.sync()
-    for r in results:
-        say(
-            f"  {r.records:>12,} records, {r.segments} segment(s): median "
-            f"{fmt_seconds(r.median_s)}, p99 {fmt_seconds(r.p99_s)}; batches() positioning "
-            f"median {fmt_seconds(r.positioning_median_s)}"
+        start = time.perf_counter()
+        log = Log.open(
+            log_dir,
+            config,
+            had_clean_shutdown=False,
+            recovery_point=recovery_point,
+            clock=CLOCK,
+            writable=True,
         )
-    small, large = results
-    ratio = large.median_s / small.median_s
-    say(f"  ratio median({large.records:,}) / median({small.records:,}): {ratio:.2f}")
-    say(
-        f"  positioning ratio (batches()): "
-        f"{large.positioning_median_s / small.positioning_median_s:.2f}"
+        times.append(time.perf_counter() - start)
+        end = log.log_end_offset
+        crash(log)  # back to the crashed state: indexes untrimmed, nothing closed
+    return {"runs": times, "units": 1, "end": end}
+
+
+def run_worker(name: str, sizes: Sizes, shared: Path) -> dict[str, Any]:
+    kind, _, arg = name.partition(":")
+    with scratch_dir() as root:
+        if kind == "append":
+            size, _, keyed = arg.partition(",")
+            result = measure_append(root, sizes, int(size), keyed == "keys")
+        elif kind in READERS:
+            log_name = "render1024" if arg == "1024" else "read100"
+            result = measure_read(shared, sizes, log_name, kind)
+        elif kind == "lookup":
+            result = measure_lookup(shared, sizes, f"lookup-{arg}")
+        elif kind == "recovery":
+            result = measure_recovery(shared, sizes, int(arg))
+        else:
+            raise SystemExit(f"unknown measurement {name}")
+    result["median"] = statistics.median(result["runs"])
+    result["compiled"] = storage.compiled
+    result["build"] = storage.build_info
+    return result
+
+
+# -- shared inputs (built once by the parent, read by both workers) ---------------------
+
+
+def build_shared(shared: Path, sizes: Sizes) -> dict[str, int]:
+    """The logs the read, lookup and recovery measurements open; returns facts about them."""
+    facts: dict[str, int] = {}
+    started = time.perf_counter()
+    for name, value_size, records in (
+        ("read100", 100, sizes.read_records),
+        ("render1024", 1024, sizes.render_bytes // 1024),
+    ):
+        log = open_log(shared / name)
+        fill(log, value_pool(value_size), records // BATCH_RECORDS, None)
+        log.close()
+    for records in (sizes.lookup_small, sizes.lookup_large):
+        log = open_log(shared / f"lookup-{records}", sizes.lookup_segment_bytes)
+        fill(log, value_pool(10), records // BATCH_RECORDS, None)
+        facts[f"lookup-{records}-segments"] = log.number_of_segments
+        log.close()
+    facts["recovery_point"] = build_crashed_log(
+        shared / "recovery", sizes.recovery_bytes, sizes.recovery_segment_bytes
     )
-    say()
-    return Outcome(
-        f"lookup median {large.records:.0e}/{small.records:.0e}".replace("+0", ""),
-        f"{ratio:.2f} ({fmt_seconds(large.median_s)} vs {fmt_seconds(small.median_s)})",
-        "<= 1.5",
-        ratio <= 1.5,
-    )
+    files = sorted((shared / "recovery").glob("*.log"))
+    facts["recovery_segments"] = len(files)
+    facts["recovery_bytes"] = sum(p.stat().st_size for p in files)
+    facts["recovery_active_bytes"] = files[-1].stat().st_size
+    os.sync()
+    say(f"shared logs built in {time.perf_counter() - started:.0f} s (with the installed build)")
+    return facts
 
 
-# -- 4. reopen after a crash -----------------------------------------------------------
-
-
-def build_crashed_log(log_dir: Path, target_bytes: int, segment_bytes: int) -> tuple[int, int]:
+def build_crashed_log(log_dir: Path, target_bytes: int, segment_bytes: int) -> int:
     """Write up to ``target_bytes`` of 1-KiB values, flushing at each roll as Kafka does,
-    then crash. Returns ``(log end offset, recovery point checkpointed at the last roll)``.
+    then crash; return the recovery point checkpointed at the last roll.
 
     Writing stops when the next batch would roll past ``target_bytes // segment_bytes``
     segments: the active segment is then nearly full, the most a realistic recovery
@@ -507,136 +373,239 @@ def build_crashed_log(log_dir: Path, target_bytes: int, segment_bytes: int) -> t
         batch_size = log.append(pool[i % VALUE_POOL_BATCHES], timestamps=TIMESTAMP_MS).size
         i += 1
         if log.number_of_segments != segments:
-            # Kafka flushes the sealed segments after a roll and checkpoints the new
-            # active segment's base offset as the recovery point.
             segments = log.number_of_segments
             log.flush()
             recovery_point = log.active_segment.base_offset
-    end = log.log_end_offset
     crash(log)
-    return end, recovery_point
+    return recovery_point
 
 
-def bench_recovery(root: Path, sizes: Sizes) -> list[Outcome]:
-    log_dir = root / "recovery" / "bench-0"
-    seg = sizes.recovery_segment_bytes
-    config = LogConfig(segment_bytes=seg)
-    end, checkpoint = build_crashed_log(log_dir, sizes.recovery_bytes, seg)
-    files = segment_files(log_dir)
-    active = files[-1]
-    say(
-        f"[reopen after crash] {end:,} records of 1 KiB in batches of {BATCH_RECORDS}, "
-        f"{total_size(files) / MIB:,.0f} MiB in {len(files)} segments of segment.bytes "
-        f"{seg // MIB} MiB; active segment {active.stat().st_size / MIB:.0f} MiB"
-    )
-    say(
-        "  method: crash = close file handles without flush, index trim or close; time "
-        "Log.open(had_clean_shutdown=False, recovery_point=...);"
-    )
-    say(
-        "  os.sync() before each timed open (its fsyncs then find clean pages); the "
-        f"crashed state is restored after each run; {sizes.recovery_runs} runs"
-    )
-    say("  baseline: os.read in 1 MiB chunks of the .log bytes that recovery re-validates")
-    outcomes: list[Outcome] = []
-    cases = (
-        ("realistic", checkpoint, [active], "flushed at each roll: active segment"),
-        ("worst case", 0, files, "every segment"),
-    )
-    for name, recovery_point, revalidated, description in cases:
-        open_times: list[float] = []
-        raw_times: list[float] = []
-        for _ in range(sizes.recovery_runs):
-            os.sync()
-            reopen = partial(
-                Log.open,
-                log_dir,
-                config,
-                had_clean_shutdown=False,
-                recovery_point=recovery_point,
-                clock=CLOCK,
-                writable=True,
-            )
-            open_s, log = timed(reopen)
-            open_times.append(open_s)
-            assert log.log_end_offset == end, (log.log_end_offset, end)
-            # Back to the crashed state: indexes untrimmed, nothing closed.
-            crash(log)
-            raw_s, _ = timed(partial(read_files_raw, revalidated))
-            raw_times.append(raw_s)
-        open_s = statistics.median(open_times)
-        raw_s = statistics.median(raw_times)
-        size = total_size(revalidated)
-        say(
-            f"  {name} (recovery point {recovery_point:,}; {description}, "
-            f"{size / MIB:,.0f} MiB): median {fmt_seconds(open_s)} "
-            f"(runs: {', '.join(fmt_seconds(t) for t in open_times)}); baseline "
-            f"{fmt_seconds(raw_s)}; ratio {open_s / raw_s:.1f}x"
-        )
-        outcomes.append(
-            Outcome(
-                f"reopen after crash, {name}",
-                f"{fmt_seconds(open_s)} for {size / MIB:,.0f} MiB ({open_s / raw_s:.1f}x os.read)",
-                "< 2 s",
-                open_s < 2.0,
-            )
-        )
-    say()
-    shutil.rmtree(log_dir.parent)
-    return outcomes
+# -- the parent: run each measurement in both builds, print, summarise -----------------
 
 
-# -- main --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    worker: str
+    method: str
+    kind: str  # "rate" (units/s), "bandwidth" (MB/s of result bytes), "latency", "time"
+    target: float | None  # compiled build; rates and bandwidths at least, times at most
 
 
-def print_summary(outcomes: Sequence[Outcome], quick: bool) -> None:
-    headers = ("measurement", "result", "target", "status")
-    rows = [
-        (
-            o.name,
-            o.figure,
-            o.target,
-            "info" if o.met is None else ("MET" if o.met else "NOT MET"),
-        )
-        for o in outcomes
+def measurements(sizes: Sizes, facts: dict[str, int]) -> list[Measurement]:
+    large = sizes.lookup_large
+    return [
+        Measurement(
+            "append 100 B values",
+            "append:100",
+            f"Log.append(values, timestamps=int) of {sizes.append_records:,} 100-byte values "
+            f"in batches of {BATCH_RECORDS} into a fresh log (build + CRC + write + index)",
+            "rate",
+            4_000_000,
+        ),
+        Measurement(
+            "append 100 B values, 8 B keys",
+            "append:100,keys",
+            "the same with an 8-byte key per record (Log.append(values, keys=keys, ...))",
+            "rate",
+            2_500_000,
+        ),
+        Measurement(
+            "read 100 B values, records()",
+            "records",
+            f"for record in log.records(0): total += len(record.value), {sizes.read_records:,}"
+            " records (CRC-checked, a Record tuple per record)",
+            "rate",
+            None,
+        ),
+        Measurement(
+            "read 100 B values, record_columns()",
+            "columns",
+            "for columns in log.record_columns(0): for value in columns.values: total += "
+            "len(value) (CRC-checked; no object per record)",
+            "rate",
+            6_000_000,
+        ),
+        Measurement(
+            "render lines, 100 B values",
+            "render:100",
+            "for batch in log.batches(0): render_batch(batch, raw=False, key_separator=None)"
+            " (CRC-checked); MB/s of rendered bytes",
+            "bandwidth",
+            800e6,
+        ),
+        Measurement(
+            "render lines, 1 KiB values",
+            "render:1024",
+            f"the same over {sizes.render_bytes // MIB} MiB of 1-KiB values",
+            "bandwidth",
+            2e9,
+        ),
+        Measurement(
+            f"lookup median at {large:.0e}".replace("+0", ""),
+            f"lookup:{large}",
+            f"next(log.records(offset)) for {sizes.lookup_count} random offsets, timed one by "
+            f"one, on a log of {large:,} 10-byte values "
+            f"({facts[f'lookup-{large}-segments']} segments of "
+            f"{sizes.lookup_segment_bytes // MIB} MiB): segment bisection, index search, "
+            "scan, CRC and decode of the 1000-record batch",
+            "latency",
+            100e-6,
+        ),
+        Measurement(
+            f"lookup median at {sizes.lookup_small:.0e}".replace("+0", ""),
+            f"lookup:{sizes.lookup_small}",
+            f"the same on a log of {sizes.lookup_small:,} records (the size baseline: the "
+            "cost must not grow with the log)",
+            "latency",
+            None,
+        ),
+        Measurement(
+            "reopen after crash, realistic",
+            f"recovery:{facts['recovery_point']}",
+            f"Log.open(had_clean_shutdown=False) of {facts['recovery_bytes'] / MIB:,.0f} MiB "
+            f"in {facts['recovery_segments']} segments, recovery point at the last roll: the "
+            f"active segment ({facts['recovery_active_bytes'] / MIB:,.0f} MiB) re-validated",
+            "time",
+            2.0,
+        ),
+        Measurement(
+            "reopen after crash, worst case",
+            "recovery:0",
+            "the same with recovery point 0: every segment re-validated",
+            "time",
+            2.0,
+        ),
     ]
-    widths = [max(len(row[i]) for row in (headers, *rows)) for i in range(4)]
-    title = "summary (--quick sizes: not the target conditions)" if quick else "summary"
-    say(title)
-    for row in (headers, tuple("-" * w for w in widths), *rows):
+
+
+def run_in(build: str, worker: str, sizes_name: str, shared: Path) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if k != PURE_ENV}
+    if build == "pure":
+        env[PURE_ENV] = "1"
+    result = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--worker",
+            worker,
+            "--sizes",
+            sizes_name,
+            "--shared",
+            str(shared),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"worker {worker} ({build}) failed:\n{result.stderr}")
+    report: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
+    return report
+
+
+def figure(m: Measurement, report: dict[str, Any]) -> tuple[str, float]:
+    """The figure as text, and its value in the target's unit."""
+    median: float = report["median"]
+    if m.kind == "rate":
+        value = report["units"] / median
+        return f"{value:,.0f} rec/s", value
+    if m.kind == "bandwidth":
+        value = report["bytes"] / median
+        return f"{value / 1e6:,.0f} MB/s", value
+    if m.kind == "latency":
+        return f"{median * 1e6:,.0f} us", median
+    return f"{median * 1e3:,.1f} ms", median
+
+
+def met(m: Measurement, value: float) -> bool | None:
+    if m.target is None:
+        return None
+    return value >= m.target if m.kind in ("rate", "bandwidth") else value <= m.target
+
+
+def target_text(m: Measurement) -> str:
+    if m.target is None:
+        return "-"
+    if m.kind == "rate":
+        return f">= {m.target:,.0f} rec/s"
+    if m.kind == "bandwidth":
+        return f">= {m.target / 1e6:,.0f} MB/s"
+    if m.kind == "latency":
+        return f"<= {m.target * 1e6:,.0f} us"
+    return f"< {m.target:.0f} s"
+
+
+def print_table(rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for n, row in enumerate(rows):
         say("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        if n == 0:
+            say("  ".join("-" * w for w in widths))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", default="full", help=argparse.SUPPRESS)
+    parser.add_argument("--shared", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.worker:
+        sizes = QUICK if args.sizes == "quick" else FULL
+        print(json.dumps(run_worker(args.worker, sizes, args.shared)))
+        return 0
+
+    sizes_name = "quick" if args.quick else "full"
     sizes = QUICK if args.quick else FULL
     say(
-        f"seglogfs storage benchmark ({'quick' if args.quick else 'full'} mode); Python "
-        f"{sys.version.split()[0]}, {os.cpu_count()} CPUs; medians of the run counts shown"
+        f"seglogfs storage benchmark ({sizes_name} sizes); Python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} CPUs; storage.compiled = {storage.compiled} "
+        f"({storage.build_info})"
+    )
+    builds = ["compiled", "pure"] if storage.compiled else ["pure"]
+    if not storage.compiled:
+        say("the compiled build is not in use here: only pure-Python figures follow")
+    say(
+        "each measurement: a fresh interpreter per build, compiled first; median of the runs;"
+        " ratio = pure time / compiled time (above 1: compiled faster)"
     )
     say()
     started = time.perf_counter()
-    outcomes: list[Outcome] = []
-    with scratch_dir() as root:
-        say(f"files under {root}")
+    rows = [("measurement", *builds, "ratio" if len(builds) == 2 else "", "target", "status")]
+    with scratch_dir() as shared:
+        facts = build_shared(shared, sizes)
         say()
-        small, small_log = bench_append(
-            root, 100, sizes.append_records_small, sizes.append_runs, 1_000_000
-        )
-        large, large_log = bench_append(
-            root, 1024, sizes.append_records_large, sizes.append_runs, None
-        )
-        outcomes += [small, large]
-        for path in READ_PATHS:
-            outcomes.append(bench_read(small_log, 100, sizes.read_runs, 1_000_000, path))
-            outcomes.append(bench_read(large_log, 1024, sizes.read_runs, None, path))
-        shutil.rmtree(small_log)
-        shutil.rmtree(large_log)
-        outcomes.append(bench_lookup(root, sizes))
-        outcomes += bench_recovery(root, sizes)
-    print_summary(outcomes, args.quick)
+        for m in measurements(sizes, facts):
+            say(f"[{m.name}] {m.method}")
+            reports = {build: run_in(build, m.worker, sizes_name, shared) for build in builds}
+            figures = {}
+            for build, report in reports.items():
+                if report["compiled"] != (build == "compiled"):
+                    raise SystemExit(f"the {build} worker ran: {report['build']}")
+                text, value = figure(m, report)
+                figures[build] = (text, value)
+                extra = ""
+                if m.kind == "latency":
+                    extra = (
+                        f", p99 {report['p99'] * 1e6:,.0f} us, positioning only "
+                        f"(next(log.batches(offset))) {report['positioning'] * 1e6:,.0f} us"
+                    )
+                count = len(report["runs"])
+                unit = "lookups" if m.kind == "latency" else "runs"
+                say(f"  {build:8}: {text} (median of {count} {unit}{extra})")
+            ratio = ""
+            if len(builds) == 2:
+                ratio_value = reports["pure"]["median"] / reports["compiled"]["median"]
+                ratio = f"{ratio_value:.1f}x"
+                say(f"  ratio pure/compiled time: {ratio} (compiled faster when above 1)")
+            ok = met(m, figures[builds[0]][1])
+            status = "info" if ok is None else ("MET" if ok else "NOT MET")
+            rows.append((m.name, *(figures[b][0] for b in builds), ratio, target_text(m), status))
+            say()
+    title = "summary (--quick sizes: not the target conditions)" if args.quick else "summary"
+    say(f"{title}; targets apply to the {builds[0]} build")
+    print_table(rows)
     say(f"\ntotal time {time.perf_counter() - started:.0f} s")
     return 0
 
