@@ -256,12 +256,12 @@ async def _serve(
         nursery.start_soon(
             functools.partial(run_maintenance, manager, bridge, read_only=options.read_only)
         )
-        interval = sd_notify.watchdog_interval()
-        if interval is not None:
-            nursery.start_soon(_watchdog, interval)
         if not options.read_only:
             await nursery.start(control.serve, manager.log_dir, manager, bridge)
         sd_notify.notify("READY=1")
+        interval = sd_notify.watchdog_interval()
+        if interval is not None:
+            nursery.start_soon(_watchdog, interval)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()
 

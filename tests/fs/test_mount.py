@@ -465,11 +465,18 @@ def test_sd_notify_ready_and_stopping(tmp_path: Path, mount_dir: MountDir) -> No
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
         server.bind(str(path))
         server.settimeout(30)
-        mount = mount_dir(tmp_path / "logs", env={"NOTIFY_SOCKET": str(path)})
+        env = {"NOTIFY_SOCKET": str(path), "WATCHDOG_USEC": "200000"}
+        mount = mount_dir(tmp_path / "logs", env=env)
         assert server.recv(100) == b"READY=1"
         assert is_mounted(mount.mountpoint)
+        started = time.monotonic()
+        assert [server.recv(100) for _ in range(5)] == [b"WATCHDOG=1"] * 5
+        assert time.monotonic() - started < 2  # every 100 ms: half of WATCHDOG_USEC
         assert mount.stop() == 0
-        assert server.recv(100) == b"STOPPING=1"
+        rest = []
+        while (message := server.recv(100)) != b"STOPPING=1":
+            rest.append(message)
+        assert set(rest) <= {b"WATCHDOG=1"}
 
 
 def test_disk_full_is_enospc_and_leaves_no_partial_record(
