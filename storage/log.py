@@ -813,7 +813,7 @@ class Log:
                     segment.delete_if_exists()
             active = self.active_segment
             active.truncate_to(offset)
-            for index in active._indexes():
+            for index in active.indexes():
                 index.resize(self.config.segment_index_bytes)
             self._next_offset = active.read_next_offset()
             self.recovery_point = min(self.recovery_point, self._next_offset)
@@ -887,7 +887,7 @@ class Log:
         assert self.active_segment.read_next_offset() == self._next_offset
         previous_end: int | None = None
         for segment in self.segments.values():
-            for index in segment._indexes():
+            for index in segment.indexes():
                 index._check()
             if segment.extension is not None:
                 if previous_end is not None:

@@ -127,7 +127,7 @@ def load_log(
     active = segments.last_segment
     assert active is not None
     if writable:
-        for index in active._indexes():
+        for index in active.indexes():
             index.resize(config.segment_index_bytes)
     next_offset = active.read_next_offset()
     first = segments.first_segment
@@ -380,7 +380,7 @@ def refresh_segments(
     refresh_from = previous_active.base_offset if previous_active is not None else 0
     refreshed = segments.values(refresh_from)
     for segment in refreshed:
-        for index in segment._indexes():
+        for index in segment.indexes():
             if not index.writable:
                 index.refresh()
         segment.log.refresh_size()

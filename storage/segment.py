@@ -392,7 +392,8 @@ class LogSegment:
             raise SegmentDeletedError(self.path) from None
         return found if found is not None else (self.base_offset, self.extension_start)
 
-    def _indexes(self) -> tuple[OffsetIndex | TimeIndex | ExtensionIndex, ...]:
+    def indexes(self) -> tuple[OffsetIndex | TimeIndex | ExtensionIndex, ...]:
+        """The segment's index files: offset, time, and the extension index if any."""
         if self.extension is None:
             return (self.offset_index, self.time_index)
         return (self.offset_index, self.time_index, self.extension)
@@ -668,13 +669,13 @@ class LogSegment:
     def on_becoming_inactive(self) -> None:
         """Seal the segment on roll: final time-index entry, indexes trimmed to size."""
         self._append_final_time_entry()
-        for index in self._indexes():
+        for index in self.indexes():
             index.trim_to_valid_size()
 
     def flush(self) -> None:
         """fsync the log, then the indexes (log first: indexes are rebuildable)."""
         self.log.flush()
-        for index in self._indexes():
+        for index in self.indexes():
             index.flush()
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
@@ -682,7 +683,7 @@ class LogSegment:
 
         Open descriptors stay valid, so readers in the middle of a read finish it.
         """
-        parts: tuple[_SegmentFile, ...] = (self.log, *self._indexes())
+        parts: tuple[_SegmentFile, ...] = (self.log, *self.indexes())
         for part in parts:
             renamed = part.path.with_name(part.path.name.removesuffix(old_suffix) + new_suffix)
             with contextlib.suppress(FileNotFoundError):
@@ -699,20 +700,20 @@ class LogSegment:
                     # Kafka swallows this too: the index is a hint, rebuilt if wrong.
                     logger.warning("%s: no final time-index entry: %s", self.path, exc)
             with contextlib.suppress(CorruptIndexError):
-                for index in self._indexes():
+                for index in self.indexes():
                     index.close()
         finally:
             self.close_handlers()
 
     def close_handlers(self) -> None:
         """Release file handles without touching the files (after rename to .deleted)."""
-        for index in self._indexes():
+        for index in self.indexes():
             index.close_handler()
         self.log.close()
 
     def delete_if_exists(self) -> None:
         self.close_handlers()
-        for path in (self.log.path, *(index.path for index in self._indexes())):
+        for path in (self.log.path, *(index.path for index in self.indexes())):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
