@@ -57,20 +57,20 @@ def filename_prefix_from_offset(offset: int) -> str:
 
 
 def log_file(directory: Path, offset: int, suffix: str = "") -> Path:
-    return directory / f"{offset:020d}{LOG_FILE_SUFFIX}{suffix}"
+    return directory / f"{filename_prefix_from_offset(offset)}{LOG_FILE_SUFFIX}{suffix}"
 
 
 def offset_index_file(directory: Path, offset: int, suffix: str = "") -> Path:
-    return directory / f"{offset:020d}{INDEX_FILE_SUFFIX}{suffix}"
+    return directory / f"{filename_prefix_from_offset(offset)}{INDEX_FILE_SUFFIX}{suffix}"
 
 
 def time_index_file(directory: Path, offset: int, suffix: str = "") -> Path:
-    return directory / f"{offset:020d}{TIME_INDEX_FILE_SUFFIX}{suffix}"
+    return directory / f"{filename_prefix_from_offset(offset)}{TIME_INDEX_FILE_SUFFIX}{suffix}"
 
 
 def extension_index_file(directory: Path, offset: int, extension: str, suffix: str = "") -> Path:
     """The file of a segment's extension index (``extension`` is its spec's suffix)."""
-    return directory / f"{offset:020d}{extension}{suffix}"
+    return directory / f"{filename_prefix_from_offset(offset)}{extension}{suffix}"
 
 
 def offset_from_file_name(name: str) -> int | None:
