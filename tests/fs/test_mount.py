@@ -272,20 +272,36 @@ def test_tail_follows_appends_and_never_sees_truncation_under_retention(
             stdout=stdout,
             stderr=stderr,
         )
+    lagging = open(mnt / "t" / "0", "rb", buffering=0)  # noqa: SIM115
     try:
         with open(mnt / "t" / "0", "ab", buffering=0) as f:
             for i in range(600):
                 f.write(b"line %05d %s\n" % (i, b"p" * 40))
+                if i == 0:
+                    head = lagging.read(20)  # a reader that then falls far behind
                 if i % 50 == 49:
                     time.sleep(0.25)  # let retention run between bursts
+        # The lagging reader asks for deleted bytes: it continues at the oldest
+        # retained record, and its file never looked shorter than its position.
+        size_seen = os.fstat(lagging.fileno()).st_size
+        rest = lagging.read()
+        assert size_seen >= lagging.tell()
         deadline = time.monotonic() + 10
         while b"line 00599" not in out.read_bytes() and time.monotonic() < deadline:
             time.sleep(0.1)
     finally:
+        lagging.close()
         tail.terminate()
         tail.wait(10)
     deleted = sum(int(n) for n in re.findall(r"retention deleted (\d+) segment", mount.log()))
     assert deleted >= 3, mount.log()
+    assert head == b"line 00000 " + b"p" * 9
+    kept = rest.splitlines()
+    first_kept = int(kept[0].split()[1])
+    assert first_kept > 50  # retention removed everything before it
+    assert kept == [b"line %05d %s" % (i, b"p" * 40) for i in range(first_kept, 600)]
+    with LogManager.open(log_dir, read_only=True) as reader:
+        assert reader.log("t", 0).log_start_offset >= first_kept
     assert "truncated" not in err.read_text(), err.read_text()
     lines = out.read_bytes().splitlines()
     assert lines[-1].startswith(b"line 00599")
