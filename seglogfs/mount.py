@@ -167,7 +167,10 @@ def run(args: argparse.Namespace) -> int:
             "(its writer lock is held); mount it read-only with -o ro"
         )
         return 1
-    except (ConfigError, StorageError, OSError) as exc:
+    except OSError as exc:
+        _error(f"{exc.filename or log_dir}: {exc.strerror or exc}")
+        return 1
+    except (ConfigError, StorageError) as exc:
         _error(str(exc))
         return 1
 
