@@ -416,7 +416,7 @@ class _Handlers:
     def __init__(self, manager: LogManager, run_sync: Callable[..., Awaitable[object]]) -> None:
         self.manager = manager
         self.run_sync = run_sync
-        self._partitioners: dict[str, StickyPartitioner] = {}
+        self._partitioners: dict[str, tuple[StickyPartitioner, threading.Lock]] = {}
         self._partitioners_lock = threading.Lock()
 
     async def call(self, op: str, args: dict[str, Any], payload: bytes) -> object:
@@ -468,10 +468,14 @@ class _Handlers:
         )
         count = self.manager.topic(topic).partitions
         # One sticky partitioner per topic, as one producer's: keyless calls spread.
+        # Its lock is the topic's alone (StickyPartitioner is not thread-safe): other
+        # topics' producers append meanwhile; each Log serialises its own appends.
         with self._partitioners_lock:
-            sticky = self._partitioners.get(topic)
-            if sticky is None or sticky.num_partitions != count:
-                sticky = self._partitioners[topic] = StickyPartitioner(count)
+            entry = self._partitioners.get(topic)
+            if entry is None or entry[0].num_partitions != count:
+                entry = self._partitioners[topic] = (StickyPartitioner(count), threading.Lock())
+        sticky, lock = entry
+        with lock:
             written = append_records(
                 self.manager,
                 topic,

@@ -156,6 +156,8 @@ def dump_files(paths: list[Path], options: DumpOptions, out: TextIO, err: TextIO
                 _dump_time_index(path, options, problems, out, err)
             elif suffix == ".txnindex":
                 _dump_txn_index(path, out)
+            elif suffix == ".snapshot":
+                err.write(f"Ignoring {path}: producer snapshots are not decoded here\n")
             else:
                 err.write(f"Ignoring unknown file {path}\n")
         except (OSError, ValueError, CorruptRecordError) as exc:

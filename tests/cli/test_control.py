@@ -332,3 +332,49 @@ async def test_cli_in_a_subprocess_goes_through_the_daemon(
             deleted = await seglogfs("topics", "delete", "orders")
             assert deleted.returncode == 0, deleted.stderr
             assert manager.topics() == []
+
+
+async def test_produce_error_is_the_same_with_and_without_the_daemon(
+    tmp_path: Path, log_dir: Path, clock: ManualClock
+) -> None:
+    small = b"s" * 99 + b"\n"
+    # From a file, not a pipe: reads then return whole 256-KiB blocks, so both runs
+    # append the same blocks before the failing one (a pipe's timing would decide).
+    source = tmp_path / "input"
+    source.write_bytes(small * 3000 + b"L" * 5000 + b"\n" + small * 10)
+    direct_dir = tmp_path / "direct"
+    with LogManager.open(direct_dir, clock=clock) as manager:
+        manager.create_topic("t", 1, {"max.message.bytes": "4000"})
+    stdin = os.open(source, os.O_RDONLY)
+    try:
+        direct = await trio.run_process(
+            [str(SCRIPT), "produce", "t", "-d", str(direct_dir)],
+            stdin=stdin,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    finally:
+        os.close(stdin)
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("t", 1, {"max.message.bytes": "4000"})
+        async with serving(log_dir, manager):
+            stdin = os.open(source, os.O_RDONLY)
+            try:
+                through = await trio.run_process(
+                    [str(SCRIPT), "produce", "t", "-d", str(log_dir)],
+                    stdin=stdin,
+                    capture_stdout=True,
+                    capture_stderr=True,
+                    check=False,
+                )
+            finally:
+                os.close(stdin)
+        daemon_values = [r.value for r in manager.log("t", 0).records(0)]
+    with LogManager.open(direct_dir, read_only=True) as manager:
+        direct_values = [r.value for r in manager.log("t", 0).records(0)]
+    assert direct.returncode == through.returncode == 1
+    assert through.stderr == direct.stderr
+    assert b"record(s) were appended before the error" in direct.stderr
+    assert 0 < len(daemon_values) == len(direct_values) < 3000
+    assert daemon_values == direct_values
