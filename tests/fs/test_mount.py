@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import LogManager
+from storage import LogManager, partition_for_key
 
 from .conftest import Mount, is_mounted, needs_fuse
 
@@ -588,3 +588,28 @@ def test_command_line_writes_go_through_the_mounted_daemon(mounted: Mount) -> No
     assert produced.returncode == 0, produced.stderr
     assert (mnt / "cli" / "1").read_bytes() == b"from the command line\n"
     assert os.stat(mnt / "cli" / "1").st_size == len(b"from the command line\n")
+
+
+def test_produce_file_partitions_keyed_lines_like_kafka(
+    tmp_path: Path, mount_dir: MountDir
+) -> None:
+    config = write_properties(tmp_path / "server.properties", **{"num.partitions": 3})
+    mount = mount_dir(tmp_path / "logs", "--config", str(config))
+    mnt = mount.mountpoint
+    ok(f"mkdir {mnt}/orders")
+    assert sorted(os.listdir(mnt / "orders")) == ["0", "1", "2", "produce"]
+    ok(f"setfattr -n user.seglog.key.separator -v : {mnt}/orders")
+    lines = [b"customer-%d:order %d" % (i % 7, i) for i in range(300)]
+    (tmp_path / "keyed.txt").write_bytes(b"".join(line + b"\n" for line in lines))
+    ok(f"cat {tmp_path}/keyed.txt >> {mnt}/orders/produce")
+    for partition in range(3):
+        mine = [line for line in lines if partition_for_key(line.split(b":")[0], 3) == partition]
+        assert (mnt / "orders" / str(partition)).read_bytes() == b"".join(
+            line + b"\n" for line in mine
+        )
+    with open(mnt / "orders" / "produce", "ab", buffering=0) as f:
+        f.write(b"no key 1\nno key 2\n")  # keyless: one write, one sticky partition
+        f.write(b"no key 3\n")  # the next write moves to another partition
+    tails = [(mnt / "orders" / str(p)).read_bytes() for p in range(3)]
+    assert sum(t.endswith(b"no key 1\nno key 2\n") for t in tails) == 1
+    assert sum(t.endswith(b"no key 3\n") for t in tails) == 1
