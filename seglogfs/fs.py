@@ -23,8 +23,9 @@ first await of ``read``/``write``): a writer's lines keep their order, and a rea
 shift (``seglogfs.positions``) is never updated by two reads at once. Namespace changes
 (mkdir, a topic's format) hold one admin lock.
 
-Inode numbers are stable for the daemon's life: one per (kind, topic, partition, view
-start), allocated on first sight and never reused. The namespace itself is read from the
+Inode numbers are stable for the daemon's life: one per (kind, topic, partition),
+allocated on first sight and never reused; a view's inode (one per resolved start) lives
+until the kernel forgets it. The namespace itself is read from the
 ``LogManager`` on every lookup and readdir (topics created or deleted through the
 control socket appear and disappear), and entries and attributes are never cached by
 the kernel (timeouts of 0; partition files are ``direct_io``), so ``st_size`` is exact
@@ -219,6 +220,7 @@ class Operations(pyfuse3.Operations):
         self._inodes: dict[Node, int] = {ROOT_NODE: pyfuse3.ROOT_INODE}
         self._nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: ROOT_NODE}
         self._next_inode = itertools.count(pyfuse3.ROOT_INODE + 1)
+        self._lookups: dict[int, int] = {}  # the kernel's lookup count of view inodes
         self._files: dict[int, OpenFile] = {}
         self._next_fh = itertools.count(1)
         self._admin = trio.Lock()
@@ -398,7 +400,26 @@ class Operations(pyfuse3.Operations):
         if text == "..":
             return await self._attributes(pyfuse3.ROOT_INODE)
         node = await self._child(parent, text)
-        return await self._attributes(self._inode(node))
+        inode = self._inode(node)
+        attr = await self._attributes(inode)
+        if node.kind is Kind.VIEW:
+            # Views are made per resolution (0@latest names a new start as the log
+            # grows): counted, so `forget` can drop them and the table stays small.
+            self._lookups[inode] = self._lookups.get(inode, 0) + 1
+        return attr
+
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        for inode, count in inode_list:
+            left = self._lookups.get(inode)
+            if left is None:
+                continue  # topics and partitions keep their inode for the daemon's life
+            if left > count:
+                self._lookups[inode] = left - count
+                continue
+            del self._lookups[inode]
+            node = self._nodes.pop(inode, None)
+            if node is not None:
+                self._inodes.pop(node, None)
 
     @_handler
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:

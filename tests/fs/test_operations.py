@@ -555,3 +555,26 @@ async def test_namespace_follows_topics_changed_behind_the_file_system(
     assert await fuse_errno(ops.lookup(pyfuse3.ROOT_INODE, b"__internal", CTX)) == errno.ENOENT
     shown = Operations(manager, run_sync, show_internal=True)
     assert "__internal" in await listing(shown, "/")
+
+
+@pytest.mark.trio
+async def test_view_inodes_are_dropped_when_the_kernel_forgets_them(ops: Operations) -> None:
+    await ops.mkdir(pyfuse3.ROOT_INODE, b"t", 0o755, CTX)
+    topic = await inode_of(ops, "/t")
+    partition = await inode_of(ops, "/t/0")
+    before = len(ops._nodes)
+    views = []
+    for i in range(5):
+        await write(ops, "/t/0", b"r%d\n" % i)
+        views.append((await ops.lookup(topic, b"0@latest", CTX)).st_ino)
+    assert len(set(views)) == 5  # each resolution starts elsewhere
+    again = (await ops.lookup(topic, b"0@latest", CTX)).st_ino
+    assert again == views[-1]
+    assert len(ops._nodes) == before + 5
+    await ops.forget([(inode, 1) for inode in views] + [(partition, 3), (topic, 9)])
+    assert len(ops._nodes) == before + 1  # the last one was looked up twice
+    assert await fuse_errno(ops.getattr(views[0], CTX)) == errno.ENOENT
+    assert (await ops.getattr(views[-1], CTX)).st_size == 0
+    await ops.forget([(views[-1], 1)])
+    assert len(ops._nodes) == before
+    assert (await ops.getattr(partition, CTX)).st_size == 15  # partitions are never dropped
