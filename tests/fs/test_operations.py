@@ -87,20 +87,34 @@ async def size_of(ops: Operations, path: str) -> int:
 
 
 async def listing(ops: Operations, path: str) -> list[str]:
+    """The names readdir gives, two per call as if the kernel's buffer were small."""
     inode = await inode_of(ops, path)
     fh = await ops.opendir(inode, CTX)
     names: list[str] = []
+    page: list[tuple[str, int]] = []
     real_reply = pyfuse3.readdir_reply
 
-    def reply(token: object, name: bytes, attr: object, next_id: int) -> bool:
-        names.append(name.decode())
+    # readdir_reply fills the kernel's buffer; without a kernel, collect the entries.
+    def reply(token: object, name: bytes, attr: pyfuse3.EntryAttributes, next_id: int) -> bool:
+        assert attr.st_ino > 0
+        if len(page) == 2:
+            return False  # the buffer is full: the kernel asks again from next_id
+        page.append((name.decode(), next_id))
         return True
 
     pyfuse3.readdir_reply = reply
     try:
-        await ops.readdir(fh, 0, None)  # type: ignore[arg-type]
+        start = 0
+        while True:
+            page.clear()
+            await ops.readdir(fh, start, None)  # type: ignore[arg-type]
+            if not page:
+                break
+            names += [name for name, _next in page]
+            start = page[-1][1]
     finally:
         pyfuse3.readdir_reply = real_reply
+    await ops.releasedir(fh)
     return names
 
 
