@@ -27,7 +27,7 @@ import select
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -390,8 +390,8 @@ def parse_offset_spec(spec: str) -> tuple[str, int]:
                 f"bad offset spec {spec!r}: after '@' give epoch milliseconds or an ISO 8601 time"
             ) from None
         if moment.tzinfo is None:
-            raise UsageError(f"bad offset spec {spec!r}: the time needs a zone (e.g. Z)")
-        return ("time", int(moment.timestamp() * 1000))
+            moment = moment.replace(tzinfo=UTC)  # as the file system's 0@TIME views
+        return ("time", round(moment.timestamp() * 1000))
     if text.startswith("-") and text[1:].isdigit():
         return ("last", int(text[1:]))
     if text.isdigit():
@@ -767,7 +767,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="beginning",
         metavar="SPEC",
         help="start at beginning (default), end, N, -N (the last N) or @TIME "
-        "(epoch ms or ISO 8601, e.g. @2026-11-22T10:00:00Z)",
+        "(epoch ms or ISO 8601, e.g. @2026-11-22T10:00:00Z; no zone means UTC)",
     )
     consume.add_argument("-c", "--count", type=int, metavar="COUNT", help="stop after COUNT")
     stop = consume.add_mutually_exclusive_group()

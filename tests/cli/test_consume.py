@@ -91,11 +91,11 @@ def test_offset_specs(
     assert result.out == _expected_lines(records)
 
 
-def test_time_without_zone_is_a_usage_error(cli: Cli, log_dir: Path, clock: ManualClock) -> None:
+def test_time_without_zone_is_utc(cli: Cli, log_dir: Path, clock: ManualClock) -> None:
     _fill(log_dir, clock)
-    result = cli("consume", "k", "-o", "@2023-11-14T22:13:20")
-    assert result.code == 2
-    assert "needs a zone" in result.err
+    naive = cli("consume", "k", "-p", "0", "-o", "@2023-11-14T22:13:20.020")
+    assert naive.out == cli("consume", "k", "-p", "0", "-o", f"@{T0 + 20}").out
+    assert naive.out == _expected_lines(P0[4:])
 
 
 @pytest.mark.parametrize(("count", "records"), [("0", []), ("2", P0[:2]), ("4", P0[:4])])
