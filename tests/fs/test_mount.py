@@ -127,6 +127,10 @@ def test_refused_operations_report_their_errno_and_change_nothing(mounted: Mount
         assert errno_of(lambda: os.write(fd, b"middle\n")) == errno.EPERM
     finally:
         os.close(fd)
+    assert errno_of(lambda: os.chmod(part, 0o600)) == errno.EPERM
+    assert errno_of(lambda: os.link(part, mnt / "t" / "copy")) == errno.EPERM
+    assert errno_of(lambda: os.symlink("0", mnt / "t" / "link")) == errno.EPERM
+    ok(f"touch {part}")  # times: accepted and ignored
     result = sh(f"echo overwrite > {mnt}/t/0")
     assert result.returncode != 0
     assert "Operation not permitted" in result.stderr
