@@ -285,9 +285,13 @@ class _PartitionVerifier:
         path = segment.log_path
         position = batch.position
         if not batch.is_valid():
+            last_offset = batch.last_offset
             self.problem(
-                path, position, f"CRC mismatch in the batch ending at offset {batch.last_offset}"
+                path, position, f"CRC mismatch in the batch ending at offset {last_offset}"
             )
+            # Its header still says which offsets it held: later checks (the next
+            # batch, the checkpoints) judge against that rather than report this again.
+            segment.next_offset = max(segment.next_offset, last_offset + 1)
             return
         try:
             base_offset = batch.base_offset

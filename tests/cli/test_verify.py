@@ -298,3 +298,42 @@ def test_verify_beside_a_writer_finds_nothing(log_dir: Path) -> None:
     assert [(r.returncode, r.stdout, r.stderr) for r in runs] == [(0, b"", b"")] * 3
     assert appended[0] > 50
     assert rolled > 1
+
+
+def test_copy_of_a_kafka_broker_dir_verifies(log_dir: Path) -> None:
+    """Segments from kafka-python's builders (v0, v1 gzip, v2 zstd), no index files, and
+    the broker's own files beside them: nothing to report; a flipped byte is reported."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    v0 = LegacyRecordBatchBuilder(magic=0, compression_type=0, batch_size=1 << 20)
+    v0.append(0, timestamp=None, key=None, value=b"zero")
+    v1 = LegacyRecordBatchBuilder(magic=1, compression_type=1, batch_size=1 << 20)
+    for i in range(3):
+        v1.append(i, timestamp=TS + i, key=b"k", value=b"gzip %d" % i)
+    v1_set = bytearray(v1.build())
+    struct.pack_into(">q", v1_set, 0, 3)  # the wrapper carries its last inner offset
+    v2 = DefaultRecordBatchBuilder(
+        magic=2, compression_type=4, is_transactional=False, producer_id=-1,
+        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20,
+    )  # fmt: skip
+    for i in range(4):
+        v2.append(i, timestamp=TS + 10 + i, key=None, value=b"zstd %d" % i * 30, headers=[])
+    v2_set = bytearray(v2.build())
+    struct.pack_into(">q", v2_set, 0, 4)
+    partition = log_dir / "events-0"
+    partition.mkdir()
+    segment = partition / "00000000000000000000.log"
+    segment.write_bytes(bytes(v0.build()) + bytes(v1_set) + bytes(v2_set))
+    (partition / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")
+    (partition / "partition.metadata").write_text("version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n")
+    (log_dir / "meta.properties").write_text("version=1\nnode.id=1\n")
+    (log_dir / "recovery-point-offset-checkpoint").write_text("0\n1\nevents 0 8\n")
+    assert verify_log_dir(log_dir) == []
+    data = bytearray(segment.read_bytes())
+    data[-3] ^= 0x10
+    segment.write_bytes(bytes(data))
+    problems = verify_log_dir(log_dir)
+    position = len(data) - len(v2_set)
+    assert [(p.path, p.position) for p in problems] == [(segment, position)]
+    assert problems[0].message.startswith("CRC mismatch")
