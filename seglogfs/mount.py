@@ -260,7 +260,16 @@ async def _serve(
             functools.partial(run_maintenance, manager, bridge, read_only=options.read_only)
         )
         if not options.read_only:
-            await nursery.start(control.serve, manager.log_dir, manager, bridge)
+            try:
+                await nursery.start(control.serve, manager.log_dir, manager, bridge)
+            except OSError as exc:
+                # The mount is still worth having: only the command line's writes
+                # (which need the daemon while it holds the lock) are unavailable.
+                logger.error(
+                    "control socket unavailable (%s): seglogfs topics/produce "
+                    "cannot write while this mount runs",
+                    exc,
+                )
         sd_notify.notify("READY=1")
         interval = sd_notify.watchdog_interval()
         if interval is not None:
