@@ -3,9 +3,11 @@ temp dir, driven by the blocking client and by the console script in a subproces
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
+import struct
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -378,3 +380,36 @@ async def test_produce_error_is_the_same_with_and_without_the_daemon(
     assert b"record(s) were appended before the error" in direct.stderr
     assert 0 < len(daemon_values) == len(direct_values) < 3000
     assert daemon_values == direct_values
+
+
+def _raw_exchange(path: Path, frame: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(str(path))
+        sock.sendall(frame)
+        sock.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+        return received
+
+
+async def test_malformed_frames_never_stop_the_server(log_dir: Path, clock: ManualClock) -> None:
+    with LogManager.open(log_dir, clock=clock) as manager:
+        async with serving(log_dir, manager) as path:
+            not_json = struct.pack(">IQ", 5, 0) + b"{oops"
+            reply = await call(_raw_exchange, path, not_json)
+            length = struct.unpack_from(">I", reply)[0]
+            header = json.loads(reply[12 : 12 + length])
+            assert header["ok"] is False
+            assert header["kind"] == "ProtocolError"
+            # A frame claiming gigabytes is refused by closing the connection.
+            assert await call(_raw_exchange, path, struct.pack(">IQ", 1 << 30, 0)) == b""
+            # A client gone mid-frame leaves nothing behind.
+            assert await call(_raw_exchange, path, struct.pack(">IQ", 100, 0) + b"{") == b""
+            bad_payload = json.dumps({"op": "produce", "args": {"topic": "t"}}).encode()
+            frame = struct.pack(">IQ", len(bad_payload), 3) + bad_payload + b"xyz"
+            reply = await call(_raw_exchange, path, frame)
+            header = json.loads(reply[12 : 12 + struct.unpack_from(">I", reply)[0]])
+            assert header["ok"] is False
+            assert await call(control.request, log_dir, "ping") == "pong"
