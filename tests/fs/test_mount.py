@@ -617,3 +617,15 @@ def test_produce_file_partitions_keyed_lines_like_kafka(
     tails = [(mnt / "orders" / str(p)).read_bytes() for p in range(3)]
     assert sum(t.endswith(b"no key 1\nno key 2\n") for t in tails) == 1
     assert sum(t.endswith(b"no key 3\n") for t in tails) == 1
+
+
+def test_mount_survives_a_control_socket_it_cannot_bind(
+    tmp_path: Path, mount_dir: MountDir
+) -> None:
+    log_dir = tmp_path / "logs"
+    (log_dir / ".seglog.sock").mkdir(parents=True)  # the socket's name is taken
+    mount = mount_dir(log_dir)
+    ok(f"mkdir {mount.mountpoint}/t && echo still >> {mount.mountpoint}/t/0")
+    assert (mount.mountpoint / "t" / "0").read_bytes() == b"still\n"
+    assert "control socket unavailable" in mount.log()
+    assert mount.stop() == 0
