@@ -617,6 +617,9 @@ def test_produce_file_partitions_keyed_lines_like_kafka(
     tails = [(mnt / "orders" / str(p)).read_bytes() for p in range(3)]
     assert sum(t.endswith(b"no key 1\nno key 2\n") for t in tails) == 1
     assert sum(t.endswith(b"no key 3\n") for t in tails) == 1
+    ok(f"echo 'k:with >' > {mnt}/orders/produce")  # `>` truncates nothing: it produces
+    key_partition = partition_for_key(b"k", 3)
+    assert (mnt / "orders" / str(key_partition)).read_bytes().endswith(b"k:with >\n")
 
 
 def test_mount_survives_a_control_socket_it_cannot_bind(
@@ -629,3 +632,21 @@ def test_mount_survives_a_control_socket_it_cannot_bind(
     assert (mount.mountpoint / "t" / "0").read_bytes() == b"still\n"
     assert "control socket unavailable" in mount.log()
     assert mount.stop() == 0
+
+
+def test_mount_options_reach_the_kernel_and_debug_logs_requests(
+    tmp_path: Path, mount_dir: MountDir
+) -> None:
+    log_dir = tmp_path / "logs"
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic("t", 1)
+        manager.log("t", 0).append([b"x"])
+    mount = mount_dir(log_dir, "-o", "ro,allow_other", "--debug")
+    target = os.path.realpath(mount.mountpoint)
+    with open("/proc/self/mountinfo") as f:
+        fields = next(line.split() for line in f if line.split()[4] == target)
+    assert "ro" in fields[5].split(",")
+    assert "allow_other" in fields[-1].split(",")
+    assert fields[fields.index("-") + 1] == "fuse.seglogfs"
+    assert (mount.mountpoint / "t" / "0").read_bytes() == b"x\n"
+    assert re.search(r"DEBUG seglogfs.fs: read fh=\d+ off=0 size=\d+: 2 bytes", mount.log())

@@ -592,3 +592,23 @@ async def test_view_inodes_are_dropped_when_the_kernel_forgets_them(ops: Operati
     await ops.forget([(views[-1], 1)])
     assert len(ops._nodes) == before
     assert (await ops.getattr(partition, CTX)).st_size == 15  # partitions are never dropped
+
+
+@pytest.mark.trio
+async def test_fsync_appends_the_partial_line_and_flushes(
+    ops: Operations, manager: LogManager
+) -> None:
+    await ops.mkdir(pyfuse3.ROOT_INODE, b"t", 0o755, CTX)
+    log = manager.log("t", 0)
+    fh = (await ops.open(await inode_of(ops, "/t/0"), APPEND, CTX)).fh
+    await ops.write(fh, 0, b"whole\nhalf")
+    assert log.recovery_point == 0
+    await ops.fsync(fh, False)
+    assert [r.value for r in log.records(0)] == [b"whole", b"half"]
+    assert log.recovery_point == 2  # fsynced: recovery starts after it
+    await ops.release(fh)
+    produce = (await ops.open(await inode_of(ops, "/t/produce"), os.O_WRONLY, CTX)).fh
+    await ops.write(produce, 0, b"via produce\n")
+    await ops.fsync(produce, True)
+    await ops.release(produce)
+    assert log.recovery_point == 3
