@@ -274,3 +274,18 @@ def test_txnindex(cli: Cli, tmp_path: Path, name: str) -> None:
         f"Dumping {path}\nversion: 0 producerId: 42 firstOffset: 10 lastOffset: 20 "
         "lastStableOffset: 15\n"
     )
+
+
+def test_max_message_size_bounds_the_read_at_an_index_entry(
+    cli: Cli, log_dir: Path, clock: ManualClock
+) -> None:
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("t", 1, {"index.interval.bytes": "100"})
+        for i in range(5):
+            manager.log("t", 0).append([b"x" * 500], timestamps=[TS + i])
+    index = log_dir / "t-0" / "00000000000000000000.index"
+    assert cli("dump", "--verify-index-only", str(index)).err == ""
+    # A 100-byte window cannot hold a 570-byte batch: no batch found at the entries.
+    small = cli("dump", "--verify-index-only", "--max-message-size", "100", str(index))
+    assert small.err.startswith(f"Mismatches in :{index.absolute()}\n")
+    assert "log offset: -1" in small.err
