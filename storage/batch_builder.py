@@ -13,6 +13,7 @@ import struct
 from collections.abc import Sequence
 
 import crc32c
+from mypy_extensions import i64
 
 from .compression import compress
 from .record import CompressionType, Header, TimestampType
@@ -128,8 +129,9 @@ def build_record_batch(
     )
     crc = crc32c.crc32c(body, crc32c.crc32c(header[ATTRIBUTES_OFFSET:]))
     _CRC.pack_into(header, CRC_OFFSET, crc)
-    header += body
-    return bytes(header)
+    # One copy of the body, into the result (``header += body`` then ``bytes()`` would
+    # copy it twice).
+    return b"".join((header, body))
 
 
 def _encode_plain_records(values: Sequence[bytes | None]) -> bytes:
@@ -138,7 +140,10 @@ def _encode_plain_records(values: Sequence[bytes | None]) -> bytes:
     small = SMALL_VARINTS
     prefixes = _NULL_KEY_PREFIX
     parts: list[bytes] = []
-    i = 0
+    # Native 64-bit locals for mypyc: counts and lengths of one batch.
+    i: i64 = 0
+    n: i64
+    length: i64
     for value in values:
         mid = prefixes[i] if i < _SMALL else b"\x00\x00" + encode_varint(i) + b"\x01"
         i += 1
@@ -170,6 +175,8 @@ def _encode_records(
     small = SMALL_VARINTS
     prefixes = _RECORD_PREFIX
     parts: list[bytes] = []
+    n: i64
+    length: i64
     for i in range(len(values)):
         offset_delta = offset_deltas[i] if offset_deltas is not None else i
         ts_delta = ts_deltas[i] if ts_deltas is not None else 0
