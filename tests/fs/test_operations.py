@@ -612,3 +612,19 @@ async def test_fsync_appends_the_partial_line_and_flushes(
     await ops.fsync(produce, True)
     await ops.release(produce)
     assert log.recovery_point == 3
+
+
+@pytest.mark.trio
+async def test_rolls_are_logged_at_info_and_requests_are_not(
+    ops: Operations, manager: LogManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = (await ops.mkdir(pyfuse3.ROOT_INODE, b"t", 0o755, CTX)).st_ino
+    await ops.setxattr(topic, b"user.seglog.segment.bytes", b"300", CTX)
+    with caplog.at_level(logging.INFO, logger="seglogfs"):
+        for i in range(20):
+            await write(ops, "/t/0", b"line %02d %s\n" % (i, b"r" * 50))
+        await read_all(ops, "/t/0")
+    rolls = [r for r in caplog.records if "rolled to segment" in r.getMessage()]
+    assert len(rolls) == manager.log("t", 0).number_of_segments - 1 >= 3
+    assert all(r.levelno == logging.INFO for r in rolls)
+    assert len(caplog.records) == len(rolls)  # nothing per read or write
