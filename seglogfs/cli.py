@@ -329,6 +329,8 @@ def _produce_stream(
     if args.partition is not None and not 0 <= args.partition < metadata.partitions:
         raise UnknownTopicError(metadata.name, args.partition)
     raw = args.raw or metadata.format == "raw"
+    if args.key_separator == "":
+        raise UsageError("-K/--key-separator must not be empty")
     separator_text = args.key_separator or metadata.key_separator
     separator = separator_text.encode() if separator_text else None
     if raw and args.key_separator:

@@ -65,6 +65,16 @@ def test_line_without_separator_has_no_key(cli: Cli, log_dir: Path) -> None:
     assert _records(log_dir, "t", 0) == [(b"k", b"v::w"), (None, b"plain"), (b"", b"empty key")]
 
 
+def test_empty_separator_is_a_usage_error(cli: Cli, log_dir: Path) -> None:
+    cli("topics", "create", "t")
+    result = cli("produce", "t", "-K", "", stdin=b"a\n")
+    assert (result.code, result.err) == (
+        2,
+        "seglogfs produce: error: -K/--key-separator must not be empty\n",
+    )
+    assert _records(log_dir, "t", 0) == []
+
+
 def test_topic_separator_is_the_default(cli: Cli, log_dir: Path) -> None:
     cli("topics", "create", "t", "--key-separator", "=")
     assert cli("produce", "t", stdin=b"a=1\n").code == 0
