@@ -288,3 +288,24 @@ def test_closed_pipe_ends_quietly(log_dir: Path, clock: ManualClock) -> None:
     )
     assert shell.stdout == b"0\n"
     assert shell.stderr == b""
+
+
+def test_follow_ends_with_an_error_when_the_topic_is_deleted(log_dir: Path) -> None:
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic("gone", 1)
+        manager.log("gone", 0).append([b"last words"])
+        env = {**os.environ, "SEGLOG_LOG_DIR": str(log_dir)}
+        with subprocess.Popen(
+            [str(SCRIPT), "consume", "gone", "-f"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        ) as process:
+            first = _read_until(process, b"last words\n")
+            manager.delete_topic("gone")
+            rest, err = process.communicate(timeout=30)
+    assert first + rest == b"last words\n"
+    assert (process.returncode, err) == (
+        1,
+        b"seglogfs consume: error: topic 'gone' was deleted\n",
+    )
