@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -199,3 +200,102 @@ def test_exec_start_notifies_and_exec_stop_unmounts(tmp_path: Path) -> None:
         check=True,
     )
     assert result.stdout == b"hello\n"
+
+
+class _Instance:
+    """One instance of the unit run as systemd would: ExecStartPre, then ExecStart with
+    a NOTIFY_SOCKET this object listens on."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.directives = _directives(UNIT.read_text().replace(INSTALLED, str(SCRIPT)))
+        self.environment = {
+            "SEGLOG_LOG_DIR": str(tmp_path / "logs"),
+            "SEGLOG_MOUNTPOINT": str(tmp_path / "mnt"),
+            "SEGLOG_OPTIONS": "",
+        }
+        self.mountpoint = Path(self.environment["SEGLOG_MOUNTPOINT"])
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.listener.bind(str(tmp_path / "notify.sock"))
+        self.messages: list[str] = []
+
+    def command(self, directive: str) -> tuple[list[str], bool]:
+        return _expand(self.directives[directive][0], self.environment)
+
+    def start(self) -> subprocess.Popen[bytes]:
+        for command in self.directives["ExecStartPre"]:
+            argv, _ = _expand(command, self.environment)
+            subprocess.run(["/usr/bin/install", "-d", *argv[-2:]], check=True, timeout=30)
+        env = {
+            **os.environ,
+            **self.environment,
+            "NOTIFY_SOCKET": self.listener.getsockname(),
+            "WATCHDOG_USEC": "1000000",
+        }
+        argv, _ = self.command("ExecStart")
+        process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while "READY=1" not in self.messages:
+            assert time.monotonic() < deadline, "no READY=1 within 60 s"
+            assert process.poll() is None, process.communicate()
+            self.messages.extend(m for m in _receive(self.listener, 0.05) if m)
+        assert os.path.ismount(self.mountpoint)
+        return process
+
+    def close(self, process: subprocess.Popen[bytes]) -> None:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        subprocess.run(
+            ["fusermount3", "-u", "-z", str(self.mountpoint)], check=False, capture_output=True
+        )
+        if process.stderr is not None:
+            process.stderr.close()
+        self.listener.close()
+
+
+@pytest.mark.skipif(not Path("/dev/fuse").exists(), reason="no /dev/fuse")
+def test_sigterm_from_kill_mode_mixed_stops_cleanly(tmp_path: Path) -> None:
+    instance = _Instance(tmp_path)
+    process = instance.start()
+    try:
+        (instance.mountpoint / "t").mkdir()
+        with open(instance.mountpoint / "t" / "0", "a") as partition:
+            partition.write("before the stop\n")
+        process.send_signal(signal.SIGTERM)  # what KillMode=mixed sends the main process
+        _out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err.decode()
+        assert not os.path.ismount(instance.mountpoint)
+        while got := _receive(instance.listener, 0.5):  # every datagram still queued
+            instance.messages.extend(m for m in got if m)
+        assert "STOPPING=1" in instance.messages
+    finally:
+        instance.close(process)
+    # A clean stop leaves Kafka's clean-shutdown marker: the next open recovers nothing.
+    assert (Path(instance.environment["SEGLOG_LOG_DIR"]) / ".kafka_cleanshutdown").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/fuse").exists(), reason="no /dev/fuse")
+def test_after_a_crash_exec_stop_post_lets_the_restart_mount_again(tmp_path: Path) -> None:
+    instance = _Instance(tmp_path)
+    process = instance.start()
+    try:
+        (instance.mountpoint / "t").mkdir()
+        with open(instance.mountpoint / "t" / "0", "a") as partition:
+            partition.write("survives the crash\n")
+        process.kill()  # SIGKILL: no unmount, no checkpoint, no clean-shutdown marker
+        process.communicate(timeout=30)
+        with pytest.raises(OSError, match="not connected"):
+            os.listdir(instance.mountpoint)  # the dead mount a restart would trip over
+        stop_post, ignore_failure = instance.command("ExecStopPost")
+        assert ignore_failure
+        subprocess.run(stop_post, check=True, timeout=30)
+        assert not os.path.ismount(instance.mountpoint)
+        instance.messages.clear()
+        process = instance.start()  # Restart=on-failure runs ExecStartPre + ExecStart
+        assert (instance.mountpoint / "t" / "0").read_text() == "survives the crash\n"
+        stop, _ = instance.command("ExecStop")
+        subprocess.run(stop, check=True, timeout=30)
+        _out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err.decode()
+    finally:
+        instance.close(process)
