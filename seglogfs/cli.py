@@ -38,6 +38,7 @@ from storage import (
     LogManager,
     OffsetOutOfRangeError,
     RecordBatch,
+    SegmentDeletedError,
     StickyPartitioner,
     StorageError,
     TopicMetadata,
@@ -64,6 +65,7 @@ encoding, small enough to stay under the default ``max.message.bytes`` (1 MiB)."
 RAW_RECORD_BYTES = 64 * 1024
 """In raw mode each read of at most this many bytes is one record."""
 FOLLOW_POLL_S = 0.2
+_MAX_REPOSITIONS = 8
 
 
 class UsageError(Exception):
@@ -462,23 +464,34 @@ class _Consumer:
         """Write every record of ``partition`` from its position to the log end (or
         until the count is reached); return how many were written."""
         log = self.manager.log(self.topic, partition)
-        position = max(self.positions[partition], log.log_start_offset)
-        # Below the log start, retention took the records: continue at the oldest
-        # retained one (Kafka's auto.offset.reset=earliest), as the file system does.
         written = 0
-        for batch in log.batches(position):
-            if self.done:
-                break
-            if batch.is_control:
-                position = batch.next_offset
+        for _attempt in range(_MAX_REPOSITIONS):
+            # Below the log start, retention took the records: continue at the oldest
+            # retained one (Kafka's auto.offset.reset=earliest), as the file system does.
+            position = max(self.positions[partition], log.log_start_offset)
+            try:
+                for batch in log.batches(position):
+                    if self.done:
+                        break
+                    if batch.is_control:
+                        position = batch.next_offset
+                        continue
+                    if self.json_format:
+                        n, position = self._write_json(batch, partition, position)
+                    else:
+                        n, position = self._write_rendered(batch, position)
+                    written += n
+                    self.positions[partition] = position
+            except SegmentDeletedError:
+                # Retention removed the segment under the read: what was written stays
+                # written; pick up the new log start and go on from there.
+                log.refresh()
                 continue
-            if self.json_format:
-                n, position = self._write_json(batch, partition, position)
-            else:
-                n, position = self._write_rendered(batch, position)
-            written += n
-        self.positions[partition] = position
-        return written
+            self.positions[partition] = position
+            return written
+        raise CommandError(
+            f"partition {self.topic}-{partition} is deleted by retention faster than it is read"
+        )
 
     def _take(self, available: int) -> int:
         if self.remaining is None:

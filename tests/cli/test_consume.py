@@ -309,3 +309,35 @@ def test_follow_ends_with_an_error_when_the_topic_is_deleted(log_dir: Path) -> N
         1,
         b"seglogfs consume: error: topic 'gone' was deleted\n",
     )
+
+
+def test_follow_continues_while_retention_deletes_segments(log_dir: Path) -> None:
+    config = {"segment.bytes": "300", "retention.bytes": "300", "file.delete.delay.ms": "0"}
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic("r", 1, config)
+        log = manager.log("r", 0)
+        env = {**os.environ, "SEGLOG_LOG_DIR": str(log_dir)}
+        deleted = 0
+        with subprocess.Popen(
+            [str(SCRIPT), "consume", "r", "-f"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        ) as process:
+            try:
+                seen = []
+                for step in range(15):
+                    values = [b"step %02d record %d" % (step, i) for i in range(4)]
+                    log.append(values)
+                    seen.append(_read_until(process, b"".join(v + b"\n" for v in values)))
+                    deleted += manager.run_retention()
+                    log.delete_expired_files()
+                assert process.poll() is None
+            finally:
+                process.terminate()
+                process.wait(timeout=10)
+        assert log.log_start_offset > 0
+    assert deleted >= 5  # the follower read on while segments went away under it
+    assert seen == [
+        b"".join(b"step %02d record %d\n" % (step, i) for i in range(4)) for step in range(15)
+    ]
