@@ -1,0 +1,266 @@
+"""Benchmark of the ``seglog`` Spark data source, beside ``spark.read.text`` in the same run.
+
+Run from the repository root::
+
+    .venv/bin/python tests/bench/bench_spark.py                    # 10^6 and 10^7 records
+    .venv/bin/python tests/bench/bench_spark.py --sizes 1000000    # one size
+    .venv/bin/python tests/bench/bench_spark.py --quick            # smoke: 10^5, short stream
+
+Method. One SparkSession (``local[*]``, default 2 cores here) for the whole run. For each
+size N: a topic ``bench`` of 4 partitions holding N records of 100-byte values (appended
+in batches of 1000, as a producer sends them), and the same N values as 100-byte lines
+in 4 text files (one per partition). Each query runs once to warm up (Python workers,
+JIT), then ``--runs`` times (default 3); the median wall time is reported:
+
+- ``seglog count``: ``spark.read.format("seglog")...load().count()``;
+- ``seglog groupBy``: ``...groupBy("partition").count().collect()``;
+- baseline ``text count``: ``spark.read.text(files).count()``;
+- baseline ``text groupBy``: ``spark.read.text(files).groupBy("_metadata.file_name")
+  .count().collect()`` (the file is the text analogue of the partition).
+
+Rows/s = N / median. The ratio is seglog rows/s over text rows/s of the same query
+shape: higher is better, 1.0 means as fast as reading plain text files.
+
+Streaming: the shipped word count (``seglogfs.spark.wordcount``) runs with a 1 s
+trigger while a producer appends lines of 8 words to ``lines`` at ``--rate`` lines/s
+(default 100,000) for ``--seconds`` s. The producer appends in-process through the log
+directory's owner (a control server, as the FUSE daemon runs it), and the pipeline's
+sink writes ``word-counts`` through that server's socket. Reported: lines produced,
+the time from the first append until the query has counted them all, lines/s end to end
+(produced / that time) and the lag after the producer stopped; it keeps up when the lag
+stays within about two trigger intervals.
+
+Files live in a temporary directory under ``$SEGLOG_BENCH_DIR`` (default: the system
+temp directory), removed at the end. Reads come from the page cache (it cannot be
+dropped here): CPU figures, not disk figures. The file is named ``bench_*.py`` so that
+pytest ignores it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PARTITIONS = 4
+BATCH_RECORDS = 1000
+VALUE_BYTES = 100
+
+
+def build_data(root: Path, n: int) -> tuple[Path, Path]:
+    """A log directory with topic ``bench`` and a directory of text files, same values."""
+    from storage import LogManager
+
+    log_dir = root / f"logs-{n}"
+    text_dir = root / f"text-{n}"
+    text_dir.mkdir()
+    per_partition = n // PARTITIONS
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic("bench", PARTITIONS, {"segment.bytes": str(256 << 20)})
+        for p in range(PARTITIONS):
+            log = manager.log("bench", p)
+            with open(text_dir / f"part-{p}.txt", "wb") as text:
+                for start in range(0, per_partition, BATCH_RECORDS):
+                    count = min(BATCH_RECORDS, per_partition - start)
+                    # 100 bytes: a partition tag, the record number, padding.
+                    values = [b"p%d-%012d-" % (p, start + i) + b"x" * 84 for i in range(count)]
+                    log.append(values)
+                    text.write(b"\n".join(values) + b"\n")
+    return log_dir, text_dir
+
+
+def timed(fn: Callable[[], object], runs: int) -> tuple[float, list[float]]:
+    fn()  # warm-up: Python workers, JIT, page cache
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), times
+
+
+def bench_batch(spark: Any, root: Path, n: int, runs: int) -> list[tuple[str, str]]:
+    from pyspark.sql import functions as F
+
+    log_dir, text_dir = build_data(root, n)
+    seglog = spark.read.format("seglog").option("subscribe", "bench")
+    text = spark.read.text(str(text_dir))
+
+    def seglog_count() -> None:
+        assert seglog.load(str(log_dir)).count() == n
+
+    def seglog_group() -> None:
+        rows = seglog.load(str(log_dir)).groupBy("partition").count().collect()
+        assert sorted(r["count"] for r in rows) == [n // PARTITIONS] * PARTITIONS
+
+    def text_count() -> None:
+        assert text.count() == n
+
+    def text_group() -> None:
+        rows = text.select(F.col("_metadata.file_name").alias("f")).groupBy("f").count().collect()
+        assert sorted(r["count"] for r in rows) == [n // PARTITIONS] * PARTITIONS
+
+    lines = []
+    for name, fn, base_fn in (
+        ("count", seglog_count, text_count),
+        ("groupBy", seglog_group, text_group),
+    ):
+        median, times = timed(fn, runs)
+        base, base_times = timed(base_fn, runs)
+        rate, base_rate = n / median, n / base
+        print(
+            f"N={n:>10,} {name:<8} seglog {rate:>12,.0f} rows/s (median {median:.2f} s of "
+            f"{', '.join(f'{t:.2f}' for t in times)}); text {base_rate:>12,.0f} rows/s "
+            f"(median {base:.2f} s of {', '.join(f'{t:.2f}' for t in base_times)}); "
+            f"ratio seglog/text {rate / base_rate:.2f} (higher is better)",
+            flush=True,
+        )
+        lines.append((f"{name} N={n:,}", f"{rate:,.0f} rows/s, {rate / base_rate:.2f}x text"))
+    shutil.rmtree(log_dir)
+    shutil.rmtree(text_dir)
+    return lines
+
+
+def bench_stream(spark: Any, root: Path, rate: int, seconds: float) -> list[tuple[str, str]]:
+    import trio
+
+    from seglogfs.control import serve
+    from seglogfs.spark import wordcount
+    from storage import LogManager
+
+    log_dir = root / "stream-logs"
+    checkpoint = root / "stream-checkpoint"
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic(wordcount.SOURCE_TOPIC, 2)
+        manager.create_topic(wordcount.SINK_TOPIC, 2)
+    owner = LogManager.open(log_dir)
+    started = threading.Event()
+    handle: list[Any] = []
+
+    async def serve_control() -> None:
+        with trio.CancelScope() as scope:
+            handle.append((scope, trio.lowlevel.current_trio_token()))
+            async with trio.open_nursery() as nursery:
+                await nursery.start(serve, log_dir, owner, trio.to_thread.run_sync)
+                started.set()
+
+    server = threading.Thread(target=trio.run, args=(serve_control,), daemon=True)
+    server.start()
+    assert started.wait(10)
+    vocabulary = [f"word{i}" for i in range(1000)]
+    rng = random.Random(1)
+    pool = [
+        [" ".join(rng.choices(vocabulary, k=8)).encode() for _ in range(rate // 10)]
+        for _ in range(8)
+    ]
+    produced = 0
+    query = wordcount.start(spark, str(log_dir), str(checkpoint), trigger_seconds=1.0)
+    try:
+        lines_log = owner.log(wordcount.SOURCE_TOPIC, 0)
+        lines_log1 = owner.log(wordcount.SOURCE_TOPIC, 1)
+        first = time.perf_counter()
+        tick = 0
+        while time.perf_counter() - first < seconds:
+            chunk = pool[tick % len(pool)]
+            (lines_log if tick % 2 else lines_log1).append(chunk)
+            produced += len(chunk)
+            tick += 1
+            pause = first + tick * 0.1 - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+        stopped = time.perf_counter()
+        query.processAllAvailable()
+        done = time.perf_counter()
+        if os.environ.get("SEGLOG_BENCH_VERBOSE"):
+            for progress in query.recentProgress:
+                print(progress["batchId"], progress["numInputRows"], progress["durationMs"])
+    finally:
+        query.stop()
+        scope, token = handle[0]
+        trio.from_thread.run_sync(scope.cancel, trio_token=token)
+        server.join(10)
+        owner.close()
+    with LogManager.open(log_dir, read_only=True) as manager:
+        total: dict[bytes, int] = {}
+        for p in range(2):
+            for record in manager.log(wordcount.SINK_TOPIC, p).records(0):
+                total[record.key or b""] = int(record.value or b"0")
+    assert sum(total.values()) == produced * 8, "every produced word is counted once"
+    elapsed = done - first
+    produce_rate = produced / (stopped - first)
+    print(
+        f"stream word count: {produced:,} lines produced at {produce_rate:,.0f} lines/s for "
+        f"{stopped - first:.1f} s; all counted {elapsed:.1f} s after the first append: "
+        f"{produced / elapsed:,.0f} lines/s end to end; lag after the producer stopped "
+        f"{done - stopped:.1f} s (trigger 1 s; smaller is better)",
+        flush=True,
+    )
+    return [
+        ("stream word count", f"{produced / elapsed:,.0f} lines/s end to end"),
+        ("stream lag at the end", f"{done - stopped:.1f} s at {produce_rate:,.0f} lines/s"),
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10**6, 10**7])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--rate", type=int, default=100_000, help="lines/s produced")
+    parser.add_argument("--seconds", type=float, default=20.0, help="production time")
+    parser.add_argument("--no-stream", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 10^5, 5 s stream")
+    args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.runs, args.seconds = [10**5], 1, 5.0
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from seglogfs.spark import register
+
+    spark = (
+        SparkSession.builder.master("local[*]")
+        .appName("seglog bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.memory", "2g")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    print(
+        f"Spark {spark.version}, {spark.sparkContext.defaultParallelism} cores "
+        f"(local[*]), Python {sys.version.split()[0]}; median of {args.runs} runs after a "
+        "warm-up",
+        flush=True,
+    )
+    table: list[tuple[str, str]] = []
+    root = Path(tempfile.mkdtemp(prefix="bench-spark-", dir=os.environ.get("SEGLOG_BENCH_DIR")))
+    try:
+        for n in args.sizes:
+            table += bench_batch(spark, root, n, args.runs)
+        if not args.no_stream:
+            table += bench_stream(spark, root, args.rate, args.seconds)
+    finally:
+        spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    width = max(len(name) for name, _ in table)
+    print()
+    for name, figure in table:
+        print(f"{name:<{width}}  {figure}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
