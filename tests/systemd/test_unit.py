@@ -221,7 +221,9 @@ class _Instance:
     def command(self, directive: str) -> tuple[list[str], bool]:
         return _expand(self.directives[directive][0], self.environment)
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self, *, bounded: bool = False) -> subprocess.Popen[bytes]:
+        """Run ExecStartPre and ExecStart; ``bounded`` applies the unit's
+        ``CapabilityBoundingSet=`` (with setpriv) as systemd would."""
         for command in self.directives["ExecStartPre"]:
             argv, _ = _expand(command, self.environment)
             subprocess.run(["/usr/bin/install", "-d", *argv[-2:]], check=True, timeout=30)
@@ -232,6 +234,10 @@ class _Instance:
             "WATCHDOG_USEC": "1000000",
         }
         argv, _ = self.command("ExecStart")
+        if bounded:
+            (capabilities,) = self.directives["CapabilityBoundingSet"]
+            keep = ",".join("+" + c.lower().removeprefix("cap_") for c in capabilities.split())
+            argv = ["setpriv", f"--bounding-set=-all,{keep}", "--inh-caps=-all", *argv]
         process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while "READY=1" not in self.messages:
@@ -293,6 +299,27 @@ def test_after_a_crash_exec_stop_post_lets_the_restart_mount_again(tmp_path: Pat
         instance.messages.clear()
         process = instance.start()  # Restart=on-failure runs ExecStartPre + ExecStart
         assert (instance.mountpoint / "t" / "0").read_text() == "survives the crash\n"
+        stop, _ = instance.command("ExecStop")
+        subprocess.run(stop, check=True, timeout=30)
+        _out, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err.decode()
+    finally:
+        instance.close(process)
+
+
+@pytest.mark.skipif(not Path("/dev/fuse").exists(), reason="no /dev/fuse")
+def test_the_capability_bounding_set_is_enough_to_mount(tmp_path: Path) -> None:
+    instance = _Instance(tmp_path)
+    process = instance.start(bounded=True)
+    try:
+        status = Path(f"/proc/{process.pid}/status").read_text()
+        line = next(line for line in status.splitlines() if line.startswith("CapBnd:"))
+        bounding = int(line.split()[1], 16)
+        assert bounding == 1 << 21  # CAP_SYS_ADMIN alone
+        (instance.mountpoint / "t").mkdir()
+        with open(instance.mountpoint / "t" / "0", "a") as partition:
+            partition.write("bounded\n")
+        assert (instance.mountpoint / "t" / "0").read_text() == "bounded\n"
         stop, _ = instance.command("ExecStop")
         subprocess.run(stop, check=True, timeout=30)
         _out, err = process.communicate(timeout=60)
