@@ -610,9 +610,11 @@ def _cmd_dump(args: argparse.Namespace) -> int:
         skip_record_metadata=args.skip_record_metadata,
         max_message_size=args.max_message_size,
     )
-    missing = [name for name in files if not Path(name).is_file()]
-    if missing:
-        raise CommandError(f"no such file: {missing[0]}")
+    for name in files:
+        if not Path(name).exists():
+            raise CommandError(f"no such file: {name}")
+        if not Path(name).is_file():
+            raise CommandError(f"not a file: {name}")
     return dump_files([Path(name) for name in files], options, sys.stdout, sys.stderr)
 
 
