@@ -163,10 +163,21 @@ def compiled_extensions() -> list[Extension]:
         print(f"warning: mypyc unavailable ({exc}); pure-Python build", file=sys.stderr)
         return []
     paths = [f"{PACKAGE}/{name}.py" for name in COMPILED_MODULES]
+    # mypyc counts any message as a failure. The project's config warns about
+    # sections for modules the build does not read; and in pip's isolated build
+    # environment the runtime dependencies are absent, so their values are ``Any``: the
+    # strict checks about ``Any`` (and ignores that only apply with their types) are
+    # for the project's own mypy run, not for this one.
+    relaxed = [
+        "--no-warn-unused-configs",
+        "--no-warn-return-any",
+        "--no-warn-unused-ignores",
+        "--allow-subclassing-any",
+        "--allow-untyped-calls",
+        "--allow-untyped-decorators",
+    ]
     try:
-        # The project's mypy config warns about sections for modules the build does
-        # not read, and mypyc counts any message as a failure.
-        extensions = mypycify(["--no-warn-unused-configs", *paths], group_name=GROUP, opt_level="3")
+        extensions = mypycify([*relaxed, *paths], group_name=GROUP, opt_level="3")
     except SystemExit:  # mypyc reports type errors and exits
         print("warning: mypyc failed (above); pure-Python build", file=sys.stderr)
         return []
