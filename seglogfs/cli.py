@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import base64
 import bisect
+import contextlib
 import importlib
 import json
 import os
 import select
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -339,24 +341,74 @@ def _produce_stream(
         raise UsageError("-K/--key-separator does not apply to raw input")
     fd = sys.stdin.fileno()
     written = 0
+    guard = _InterruptGuard()
     try:
-        if raw:
-            max_record = int(metadata.overrides.get("max.message.bytes", 1 << 30)) - 128
-            for chunks in _raw_batches(fd, max(1, min(RAW_RECORD_BYTES, max_record))):
-                send(list(chunks), None)
-                written += len(chunks)
-        else:
-            for lines in _line_batches(fd):
-                if separator is None:
-                    send(list(lines), None)
-                else:
-                    keys, values = _split_keys(lines, separator)
-                    send(values, keys)
-                written += len(lines)
+        with guard:
+            if raw:
+                max_record = int(metadata.overrides.get("max.message.bytes", 1 << 30)) - 128
+                for chunks in _raw_batches(fd, max(1, min(RAW_RECORD_BYTES, max_record))):
+                    with guard.appending():
+                        send(list(chunks), None)
+                    written += len(chunks)
+            else:
+                for lines in _line_batches(fd):
+                    with guard.appending():
+                        if separator is None:
+                            send(list(lines), None)
+                        else:
+                            keys, values = _split_keys(lines, separator)
+                            send(values, keys)
+                    written += len(lines)
     except (StorageError, control.ControlError, OSError) as exc:
         # Say what is already in the log: those records stay, a retry would repeat them.
         raise _Partial(exc, written) from exc
     return EXIT_OK
+
+
+class _InterruptGuard:
+    """Ctrl-C (SIGINT) and SIGTERM stop ``produce`` between appends, never inside one.
+
+    Outside an append (waiting for input) the signal stops at once; inside, it is held
+    until the append returns, so the log is closed cleanly (flushed, checkpointed,
+    marked clean) with every record it acknowledged and nothing half-done. SIGINT ends
+    as ``KeyboardInterrupt`` (exit 130), SIGTERM as exit 143.
+    """
+
+    def __init__(self) -> None:
+        self._inside = False
+        self._pending: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _InterruptGuard:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self._inside:
+            self._pending = signum
+        else:
+            self._stop(signum)
+
+    @staticmethod
+    def _stop(signum: int) -> NoReturn:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    @contextlib.contextmanager
+    def appending(self) -> Iterator[None]:
+        self._inside = True
+        try:
+            yield
+        finally:
+            self._inside = False
+        if self._pending is not None:
+            self._stop(self._pending)
 
 
 class _Partial(Exception):

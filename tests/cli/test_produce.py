@@ -3,9 +3,14 @@ test_control.py)."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,7 +25,7 @@ from storage import (
     partition_for_key,
 )
 from storage.render import rendered_size
-from tests.cli.conftest import Cli
+from tests.cli.conftest import SCRIPT, Cli
 
 
 def _records(log_dir: Path, topic: str, partition: int) -> list[tuple[bytes | None, bytes | None]]:
@@ -187,3 +192,30 @@ def test_rendered_units_equal_the_rendering(
         batch, raw=fmt == "raw", key_separator=None if separator is None else separator.encode()
     )
     assert control.rendered_units(metadata, values, keys) == expected
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_produce_closes_the_log_cleanly(log_dir: Path, signum: int, code: int) -> None:
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic("t", 1)
+    env = {**os.environ, "SEGLOG_LOG_DIR": str(log_dir)}
+    with subprocess.Popen(
+        [str(SCRIPT), "produce", "t"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    ) as process:
+        assert process.stdin is not None
+        process.stdin.write(b"one\ntwo\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + 30
+        while _records(log_dir, "t", 0) != [(None, b"one"), (None, b"two")]:
+            assert time.monotonic() < deadline, "the lines were not appended"
+            time.sleep(0.05)
+        process.send_signal(signum)  # while it waits for more input
+        _out, err = process.communicate(timeout=30)
+    assert (process.returncode, err) == (code, b"")
+    # Closed, not killed: the clean-shutdown marker says no recovery is needed.
+    assert (log_dir / ".kafka_cleanshutdown").exists()
+    assert _records(log_dir, "t", 0) == [(None, b"one"), (None, b"two")]
