@@ -669,7 +669,8 @@ class Operations(pyfuse3.Operations):
                 raise _fail(errno.EPERM)
             limit = log.config.max_message_bytes
         else:
-            limit = self.manager.topic_config(node.topic).max_message_bytes
+            # Every partition of a topic has the topic's config: no need to rebuild it.
+            limit = self.manager.log(node.topic, 0).config.max_message_bytes
         if metadata.format == "raw":
             if buf:
                 self._append_raw(of, buf)
