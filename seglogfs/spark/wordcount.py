@@ -89,24 +89,21 @@ def start(
 ) -> Any:
     """Start the pipeline; return the ``StreamingQuery``.
 
-    Update mode reaches a Python sink only through ``foreachBatch``: each micro-batch
-    is written by the batch sink with ``txnAppId`` (the checkpoint) and ``txnVersion``
-    (the batch id), so a micro-batch Spark replays after a failure is not appended
-    twice.
+    Update mode reaches a Python sink only through ``foreachBatch``. A micro-batch's
+    counts are few (one row per word it saw), so they are collected to the driver as
+    Arrow and appended from there (``append_exactly_once``: no writer tasks), under the
+    checkpoint as ``txnAppId`` and the batch id as ``txnVersion``, so a micro-batch
+    Spark replays after a failure is not appended twice.
     """
     from seglogfs.spark import register
+    from seglogfs.spark.writer import append_exactly_once
 
     register(spark)
     app_id = str(Path(checkpoint).resolve())
 
     def write_batch(batch: Any, batch_id: int) -> None:
-        (
-            batch.write.format("seglog")
-            .mode("append")
-            .option("topic", SINK_TOPIC)
-            .option("txnAppId", app_id)
-            .option("txnVersion", str(batch_id))
-            .save(log_dir)
+        append_exactly_once(
+            log_dir, batch.toArrow(), topic=SINK_TOPIC, app_id=app_id, version=batch_id
         )
 
     writer = (

@@ -599,3 +599,33 @@ class SeglogStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         abort_exactly_once(self.log_dir, self.checkpoint, _files(messages))
+
+
+def append_exactly_once(
+    log_dir: str | Path,
+    table: pa.Table,
+    *,
+    topic: str | None,
+    app_id: str,
+    version: int,
+) -> int:
+    """Append the rows of ``table`` (Kafka-sink columns) once per (``app_id``,
+    ``version``), from the calling process: what a batch write with ``txnAppId`` and
+    ``txnVersion`` does, without Spark tasks. Meant for ``foreachBatch`` on small
+    results (``batch.toArrow()``), where starting writer tasks would cost more than the
+    rows; returns the rows appended (0 for a version already committed).
+
+    Raises:
+        SinkError: as the sink (unknown topic, bad columns, locked directory).
+    """
+    staging = _Staging(str(log_dir), _sink_id(app_id))
+    state = SinkState(Path(log_dir), app_id)
+    if version <= state.committed:
+        return 0
+    if "value" not in [name.lower() for name in table.column_names]:
+        raise SinkError("the sink needs a value column (binary or string)")
+    staged = staging.stage(iter(table.to_batches()), topic)
+    files = [staged.path] if staged.rows else []
+    appended = commit_staged(Path(log_dir), files, state=state, batch_id=version)
+    staging.remove_others(keep=[])
+    return appended
