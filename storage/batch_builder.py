@@ -144,7 +144,7 @@ def _encode_plain_records(values: Sequence[bytes | None]) -> bytes:
     i: i64 = 0
     n: i64
     length: i64
-    for value in values:
+    for value in _as_list(values):
         mid = prefixes[i] if i < _SMALL else b"\x00\x00" + encode_varint(i) + b"\x01"
         i += 1
         if value is None:
@@ -177,15 +177,17 @@ def _encode_records(
     parts: list[bytes] = []
     n: i64
     length: i64
-    for i in range(len(values)):
+    value_list = _as_list(values)
+    key_list = None if keys is None else _as_list(keys)
+    for i in range(len(value_list)):
         offset_delta = offset_deltas[i] if offset_deltas is not None else i
         ts_delta = ts_deltas[i] if ts_deltas is not None else 0
         if ts_delta == 0 and 0 <= offset_delta < _SMALL:
             prefix = prefixes[offset_delta]
         else:
             prefix = b"\x00" + encode_varint(ts_delta) + encode_varint(offset_delta)
-        key = keys[i] if keys is not None else None
-        value = values[i]
+        key = key_list[i] if key_list is not None else None
+        value = value_list[i]
         record_headers = headers[i] if headers is not None else ()
         header_bytes = _encode_headers(record_headers) if record_headers else b"\x00"
         length = len(prefix) + len(header_bytes)
@@ -212,6 +214,12 @@ def _encode_records(
             parts.append(value)
         parts.append(header_bytes)
     return b"".join(parts)
+
+
+def _as_list(column: Sequence[bytes | None]) -> list[bytes | None]:
+    # Producers pass lists; compiled code indexes a list natively, any other
+    # sequence through the generic protocol.
+    return column if isinstance(column, list) else list(column)
 
 
 def _encode_headers(headers: Sequence[Header]) -> bytes:
