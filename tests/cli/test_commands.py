@@ -143,13 +143,19 @@ def test_locked_log_dir_is_a_clear_error(log_dir: Path) -> None:
         assert (listed.code, listed.out) == (0, b"t\n")
 
 
-def test_mount_help_or_clear_error_when_unavailable(cli: Cli) -> None:
-    result = cli("mount", "--help")
-    try:
-        import seglogfs.mount  # noqa: F401
-    except ImportError:
-        assert result.code == 1
-        assert "mount is not available" in result.err
-    else:
-        assert result.code == 0
-        assert result.text.startswith("usage: seglogfs mount")
+def test_mount_is_registered_with_its_own_arguments(cli: Cli, tmp_path: Path) -> None:
+    helped = cli("mount", "--help")
+    assert helped.code == 0
+    assert helped.text.startswith("usage: seglogfs mount")
+    assert "LOGDIR MOUNTPOINT" in helped.text
+    missing = cli("mount")
+    assert missing.code == 2
+    assert missing.err == (
+        "seglogfs mount: error: the following arguments are required: LOGDIR, MOUNTPOINT "
+        "(see --help)\n"
+    )
+    nowhere = run_script("mount", str(tmp_path / "logs"), str(tmp_path / "nowhere"))
+    assert nowhere.code == 1
+    assert nowhere.err == (
+        f"seglogfs mount: error: mount point {tmp_path / 'nowhere'} is not a directory\n"
+    )
