@@ -43,6 +43,7 @@ from storage import (
     SegmentDeletedError,
     StickyPartitioner,
     StorageError,
+    TopicExistsError,
     TopicMetadata,
     UnknownTopicError,
 )
@@ -140,27 +141,39 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
     log_dir = _log_dir(args)
     name = _topic_name(args)
     config = _parse_config_pairs(args.config, "--config")
-    if control.daemon_socket(log_dir) is not None:
-        control.request(
-            log_dir,
-            "create_topic",
-            name=name,
-            partitions=args.partitions,
-            config=config,
-            format=args.format,
-            key_separator=args.key_separator,
-        )
-    else:
-        with _open_writable(log_dir) as manager:
-            manager.create_topic(
-                name,
-                args.partitions,
-                config,
+    try:
+        if control.daemon_socket(log_dir) is not None:
+            control.request(
+                log_dir,
+                "create_topic",
+                name=name,
+                partitions=args.partitions,
+                config=config,
                 format=args.format,
                 key_separator=args.key_separator,
             )
+        else:
+            with _open_writable(log_dir) as manager:
+                manager.create_topic(
+                    name,
+                    args.partitions,
+                    config,
+                    format=args.format,
+                    key_separator=args.key_separator,
+                )
+    except (TopicExistsError, control.ControlError) as exc:
+        if args.if_not_exists and _is_error(exc, TopicExistsError):
+            return EXIT_OK  # as kafka-topics.sh --if-not-exists: quietly nothing to do
+        raise
     print(f"Created topic {name}.")
     return EXIT_OK
+
+
+def _is_error(exc: BaseException, kind: type[StorageError]) -> bool:
+    """``exc`` is the engine's ``kind``, raised here or reported by the daemon."""
+    if isinstance(exc, control.ControlError):
+        return exc.kind == kind.__name__
+    return isinstance(exc, kind)
 
 
 def _cmd_topics_list(args: argparse.Namespace) -> int:
@@ -204,23 +217,36 @@ def _cmd_topics_alter(args: argparse.Namespace) -> int:
     to_delete = list(args.delete_config or ())
     if not to_set and not to_delete:
         raise UsageError("nothing to alter: give --add-config and/or --delete-config")
-    if control.daemon_socket(log_dir) is not None:
-        control.request(log_dir, "alter_topic", name=name, set=to_set, delete=to_delete)
-    else:
-        with _open_writable(log_dir) as manager:
-            manager.alter_topic_config(name, to_set, to_delete)
+    try:
+        if control.daemon_socket(log_dir) is not None:
+            control.request(log_dir, "alter_topic", name=name, set=to_set, delete=to_delete)
+        else:
+            with _open_writable(log_dir) as manager:
+                manager.alter_topic_config(name, to_set, to_delete)
+    except (UnknownTopicError, control.ControlError) as exc:
+        if args.if_exists and _is_error(exc, UnknownTopicError):
+            return EXIT_OK
+        raise
     print(f"Completed updating config for topic {name}.")
     return EXIT_OK
 
 
 def _cmd_topics_delete(args: argparse.Namespace) -> int:
-    log_dir = _existing_log_dir(args)
+    log_dir = _log_dir(args)
     name = _topic_name(args)
-    if control.daemon_socket(log_dir) is not None:
-        control.request(log_dir, "delete_topic", name=name)
-    else:
-        with _open_writable(log_dir) as manager:
-            manager.delete_topic(name)
+    if args.if_exists and not log_dir.is_dir():
+        return EXIT_OK
+    log_dir = _existing_log_dir(args)
+    try:
+        if control.daemon_socket(log_dir) is not None:
+            control.request(log_dir, "delete_topic", name=name)
+        else:
+            with _open_writable(log_dir) as manager:
+                manager.delete_topic(name)
+    except (UnknownTopicError, control.ControlError) as exc:
+        if args.if_exists and _is_error(exc, UnknownTopicError):
+            return EXIT_OK
+        raise
     print(f"Deleted topic {name}.")
     return EXIT_OK
 
@@ -768,6 +794,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument(
         "--key-separator", metavar="SEP", help="lines topics: text between key and value"
     )
+    create.add_argument(
+        "--if-not-exists", action="store_true", help="do nothing (exit 0) if the topic exists"
+    )
     create.set_defaults(handler=_cmd_topics_create, command_parser=create)
 
     listing = actions.add_parser("list", parents=[log_dir], help="list topic names, one a line")
@@ -789,10 +818,16 @@ def build_parser() -> argparse.ArgumentParser:
     alter.add_argument(
         "--delete-config", action="append", metavar="KEY", help="remove an override (repeatable)"
     )
+    alter.add_argument(
+        "--if-exists", action="store_true", help="do nothing (exit 0) if there is no such topic"
+    )
     alter.set_defaults(handler=_cmd_topics_alter, command_parser=alter)
 
     delete = actions.add_parser("delete", parents=[log_dir], help="delete a topic and its data")
     topic_arguments(delete)
+    delete.add_argument(
+        "--if-exists", action="store_true", help="do nothing (exit 0) if there is no such topic"
+    )
     delete.set_defaults(handler=_cmd_topics_delete, command_parser=delete)
 
     produce = commands.add_parser(

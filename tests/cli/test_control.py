@@ -309,6 +309,8 @@ async def test_cli_in_a_subprocess_goes_through_the_daemon(
             assert strip_build_notice(again.stderr) == (
                 b"seglogfs topics create: error: topic 'orders' already exists\n"
             )
+            quiet = await seglogfs("topics", "create", "orders", "--if-not-exists")
+            assert (quiet.returncode, quiet.stdout) == (0, b"")
             produced = await seglogfs("produce", "orders", "-p", "1", stdin=b"one\ntwo\nthree\n")
             assert produced.returncode == 0, produced.stderr
             assert [r.value for r in manager.log("orders", 1).records(0)] == [

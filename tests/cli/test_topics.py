@@ -160,3 +160,20 @@ def test_delete_removes_topic_and_data(cli: Cli, log_dir: Path) -> None:
     again = cli("topics", "delete", "t")
     assert again.code == 1
     assert "topic 't' does not exist" in again.err
+
+
+def test_if_not_exists_and_if_exists_make_scripts_rerunnable(cli: Cli, log_dir: Path) -> None:
+    assert cli("topics", "create", "t", "--partitions", "2", "--if-not-exists").code == 0
+    again = cli("topics", "create", "t", "--partitions", "5", "--if-not-exists")
+    assert (again.code, again.text, again.err) == (0, "", "")
+    with LogManager.open(log_dir, read_only=True) as manager:
+        assert manager.topic("t").partitions == 2  # the first one stays
+    # Other errors still fail: the flag only forgives an existing topic.
+    assert cli("topics", "create", "bad name", "--if-not-exists").code == 2
+    missing = cli("topics", "alter", "nope", "--add-config", "retention.ms=5", "--if-exists")
+    assert (missing.code, missing.err) == (0, "")
+    assert cli("topics", "alter", "t", "--add-config", "bogus=1", "--if-exists").code == 2
+    assert cli("topics", "delete", "t", "--if-exists").text == "Deleted topic t.\n"
+    gone = cli("topics", "delete", "t", "--if-exists")
+    assert (gone.code, gone.text, gone.err) == (0, "", "")
+    assert cli("topics", "delete", "t").code == 1
