@@ -8,6 +8,7 @@ Writes the Kafka source's columns (with headers), partitioned by ``partition``.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[*]")
     args = parser.parse_args(argv)
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need seglogfs
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.master(args.master).appName("seglog to parquet").getOrCreate()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     args = parser.parse_args(argv)
 
+    # Local Spark runs its Python workers with PYSPARK_PYTHON (default: "python3" on
+    # the PATH, which may lack seglogfs): this interpreter has it.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
 
     ensure_topics(args.log_dir)
@@ -151,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         query.awaitTermination()
     except KeyboardInterrupt:
         query.stop()
+    except PySparkException as exc:
+        print(f"word count failed: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
     finally:
         spark.stop()
     return 0
