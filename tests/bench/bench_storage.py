@@ -5,11 +5,14 @@ Run from the repository root::
     .venv/bin/python tests/bench/bench_storage.py           # full sizes, a few minutes
     .venv/bin/python tests/bench/bench_storage.py --quick   # smoke, under a minute
 
-Every measurement runs twice, in two fresh interpreters started by this script: one with
-the installed build (the compiled modules when ``storage.compiled`` is true) and one with
-``SEGLOG_PURE_PYTHON=1`` (the same modules from source). Each prints its median over
-several runs (the count is shown); the ratio is pure time / compiled time, so above 1
-means the compiled build is that many times faster. Targets apply to the compiled build.
+Every measurement runs in fresh interpreters started by this script, with the installed
+build (the compiled modules when ``storage.compiled`` is true) and with
+``SEGLOG_PURE_PYTHON=1`` (the same modules from source); throughput runs alternate
+between the two, one run per interpreter, so a burst of load on a shared machine hits
+both. Each prints its median over several runs (the count is shown); the ratio is pure
+time / compiled time, so above 1 means the compiled build is that many times faster.
+Appends also print ``os.write`` of the same bytes, their ceiling. Targets apply to the
+compiled build.
 A table at the end gives every figure. The engine under test is the one this script
 imports (``PYTHONPATH`` chooses another checkout).
 
@@ -38,13 +41,13 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import storage
-from storage import Log, LogConfig, render_batch
+from storage import Log, LogConfig, build_record_batch, render_batch
 
 T = TypeVar("T")
 
@@ -184,7 +187,12 @@ def measure_append(root: Path, sizes: Sizes, value_size: int, keyed: bool) -> di
     batches = sizes.append_records // BATCH_RECORDS
     pool = value_pool(value_size)
     keys = value_pool(8, seed=1) if keyed else None
+    encoded = [
+        build_record_batch(values, keys=None if keys is None else keys[i], timestamps=TIMESTAMP_MS)
+        for i, values in enumerate(pool)
+    ]
     times = []
+    write_times = []
     for run in range(sizes.runs):
         log_dir = root / f"append-{run}"
         log = open_log(log_dir)
@@ -194,7 +202,21 @@ def measure_append(root: Path, sizes: Sizes, value_size: int, keyed: bool) -> di
         log.close()
         shutil.rmtree(log_dir)
         os.sync()
-    return {"runs": times, "units": batches * BATCH_RECORDS}
+        seconds, _ = timed(partial(write_raw, root / "raw.bin", encoded, batches))
+        write_times.append(seconds)
+        (root / "raw.bin").unlink()
+        os.sync()
+    return {"runs": times, "units": batches * BATCH_RECORDS, "write_runs": write_times}
+
+
+def write_raw(path: Path, encoded: list[bytes], batches: int) -> None:
+    """The ceiling: ``os.write`` of the same batch bytes, one write per batch."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o644)
+    try:
+        for i in range(batches):
+            os.write(fd, encoded[i % VALUE_POOL_BATCHES])
+    finally:
+        os.close(fd)
 
 
 def sum_record_values(log: Log) -> int:
@@ -479,7 +501,9 @@ def measurements(sizes: Sizes, facts: dict[str, int]) -> list[Measurement]:
     ]
 
 
-def run_in(build: str, worker: str, sizes_name: str, shared: Path) -> dict[str, Any]:
+def run_in(
+    build: str, worker: str, sizes_name: str, shared: Path, runs: int | None = None
+) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != PURE_ENV}
     if build == "pure":
         env[PURE_ENV] = "1"
@@ -493,6 +517,7 @@ def run_in(build: str, worker: str, sizes_name: str, shared: Path) -> dict[str, 
             sizes_name,
             "--shared",
             str(shared),
+            *(["--runs", str(runs)] if runs is not None else []),
         ],
         env=env,
         capture_output=True,
@@ -544,15 +569,41 @@ def print_table(rows: Sequence[tuple[str, ...]]) -> None:
             say("  ".join("-" * w for w in widths))
 
 
+def measure_builds(
+    m: Measurement, builds: Sequence[str], sizes: Sizes, sizes_name: str, shared: Path
+) -> dict[str, dict[str, Any]]:
+    """Each build's report. Throughput runs alternate between the builds, one run per
+    fresh interpreter, so that a burst of load on this shared machine hits both alike;
+    lookups and reopens run in one interpreter per build (they warm up first)."""
+    if m.kind in ("latency", "time"):
+        return {build: run_in(build, m.worker, sizes_name, shared) for build in builds}
+    reports: dict[str, dict[str, Any]] = {}
+    for n in range(sizes.runs):
+        for build in builds if n % 2 == 0 else list(reversed(builds)):
+            report = run_in(build, m.worker, sizes_name, shared, runs=1)
+            if build in reports:
+                for key in ("runs", "write_runs"):
+                    if key in report:
+                        reports[build][key] += report[key]
+            else:
+                reports[build] = report
+    for report in reports.values():
+        report["median"] = statistics.median(report["runs"])
+    return reports
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", default="full", help=argparse.SUPPRESS)
     parser.add_argument("--shared", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--runs", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         sizes = QUICK if args.sizes == "quick" else FULL
+        if args.runs is not None:
+            sizes = replace(sizes, runs=args.runs)
         print(json.dumps(run_worker(args.worker, sizes, args.shared)))
         return 0
 
@@ -567,8 +618,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not storage.compiled:
         say("the compiled build is not in use here: only pure-Python figures follow")
     say(
-        "each measurement: a fresh interpreter per build, compiled first; median of the runs;"
-        " ratio = pure time / compiled time (above 1: compiled faster)"
+        "throughput runs alternate between the builds, one fresh interpreter per run;"
+        " lookups and reopens run in one interpreter per build; medians; ratio = pure time"
+        " / compiled time (above 1: compiled faster)"
     )
     say()
     started = time.perf_counter()
@@ -578,7 +630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say()
         for m in measurements(sizes, facts):
             say(f"[{m.name}] {m.method}")
-            reports = {build: run_in(build, m.worker, sizes_name, shared) for build in builds}
+            reports = measure_builds(m, builds, sizes, sizes_name, shared)
             figures = {}
             for build, report in reports.items():
                 if report["compiled"] != (build == "compiled"):
@@ -591,6 +643,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f", p99 {report['p99'] * 1e6:,.0f} us, positioning only "
                         f"(next(log.batches(offset))) {report['positioning'] * 1e6:,.0f} us"
                     )
+                if "write_runs" in report:
+                    ceiling = report["units"] / statistics.median(report["write_runs"])
+                    extra = f"; os.write of the same bytes: {ceiling:,.0f} rec/s"
                 count = len(report["runs"])
                 unit = "lookups" if m.kind == "latency" else "runs"
                 say(f"  {build:8}: {text} (median of {count} {unit}{extra})")
