@@ -7,14 +7,14 @@ Run from the repository root::
 
 Every measurement runs in fresh interpreters started by this script, with the installed
 build (the compiled modules when ``storage.compiled`` is true) and with
-``SEGLOG_PURE_PYTHON=1`` (the same modules from source); throughput runs alternate
-between the two, one run per interpreter, so a burst of load on a shared machine hits
-both. Each prints its median over several runs (the count is shown); the ratio is pure
-time / compiled time, so above 1 means the compiled build is that many times faster.
-Appends also print ``os.write`` of the same bytes, their ceiling. Targets apply to the
-compiled build.
-A table at the end gives every figure. The engine under test is the one this script
-imports (``PYTHONPATH`` chooses another checkout).
+``SEGLOG_PURE_PYTHON=1`` (the same modules from source); runs alternate between the
+two, one run per interpreter, so a burst of load on a shared machine hits both (lookups:
+one interpreter per build, after a warm-up). Each prints its median over several runs
+(the count is shown); the ratio is pure time / compiled time, so above 1 means the
+compiled build is that many times faster. Appends also print ``os.write`` of the same
+bytes, their ceiling. Targets apply to the compiled build. A table at the end gives
+every figure. The engine under test is the one this script imports (``PYTHONPATH``
+chooses another checkout).
 
 Files live in a temporary directory under ``$SEGLOG_BENCH_DIR`` (default: the system
 temp directory), removed at the end. The page cache cannot be dropped without root, so
@@ -572,13 +572,15 @@ def print_table(rows: Sequence[tuple[str, ...]]) -> None:
 def measure_builds(
     m: Measurement, builds: Sequence[str], sizes: Sizes, sizes_name: str, shared: Path
 ) -> dict[str, dict[str, Any]]:
-    """Each build's report. Throughput runs alternate between the builds, one run per
-    fresh interpreter, so that a burst of load on this shared machine hits both alike;
-    lookups and reopens run in one interpreter per build (they warm up first)."""
-    if m.kind in ("latency", "time"):
+    """Each build's report. Runs alternate between the builds, one run per fresh
+    interpreter, so that a burst of load on this shared machine (or the page cache
+    state after the previous run) hits both alike; lookups run in one interpreter per
+    build (they warm up first)."""
+    if m.kind == "latency":
         return {build: run_in(build, m.worker, sizes_name, shared) for build in builds}
     reports: dict[str, dict[str, Any]] = {}
-    for n in range(sizes.runs):
+    rounds = sizes.recovery_runs if m.kind == "time" else sizes.runs
+    for n in range(rounds):
         for build in builds if n % 2 == 0 else list(reversed(builds)):
             report = run_in(build, m.worker, sizes_name, shared, runs=1)
             if build in reports:
@@ -603,7 +605,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.worker:
         sizes = QUICK if args.sizes == "quick" else FULL
         if args.runs is not None:
-            sizes = replace(sizes, runs=args.runs)
+            sizes = replace(sizes, runs=args.runs, recovery_runs=args.runs)
         print(json.dumps(run_worker(args.worker, sizes, args.shared)))
         return 0
 
@@ -618,9 +620,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not storage.compiled:
         say("the compiled build is not in use here: only pure-Python figures follow")
     say(
-        "throughput runs alternate between the builds, one fresh interpreter per run;"
-        " lookups and reopens run in one interpreter per build; medians; ratio = pure time"
-        " / compiled time (above 1: compiled faster)"
+        "runs alternate between the builds, one fresh interpreter per run; lookups"
+        " run in one interpreter per build; medians; ratio = pure time / compiled time"
+        " (above 1: compiled faster)"
     )
     say()
     started = time.perf_counter()
