@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import json
 import os
 import random
@@ -347,19 +346,17 @@ def _daemon_produce(log_dir: Path, tp: TopicPartition, rows: Sequence[Row]) -> N
 def _open_writable(log_dir: Path) -> LogManager:
     """A writable manager that keeps the file system's position index in step.
 
-    The FUSE layer indexes rendered byte positions in an extension index; appending
-    without it would leave the index to be rebuilt on the next mount, so the sink
-    opens the directory with the same spec when the engine supports it.
-    """
-    if "extension" in inspect.signature(LogManager.open).parameters:
-        with contextlib.suppress(ImportError):
-            from seglogfs.positions import position_index_spec
+    The FUSE layer indexes the rendered byte positions of each partition file in an
+    extension index (``seglogfs.positions``); appending without it would leave that
+    index to be rebuilt on the next mount, so the sink opens the directory with the
+    same spec as the daemon does.
 
-            # Called through Any: the keyword is newer than some engine versions.
-            opener: Any = LogManager.open
-            manager: LogManager = opener(log_dir, extension=position_index_spec)
-            return manager
-    return LogManager.open(log_dir)
+    Raises:
+        LogDirLockedError: another process writes the directory.
+    """
+    from seglogfs.positions import position_index_spec
+
+    return LogManager.open(log_dir, extension=position_index_spec)
 
 
 def present_prefix(view: LogManager, tp: TopicPartition, start: int, rows: Sequence[Row]) -> int:

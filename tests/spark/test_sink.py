@@ -16,6 +16,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql.types import StructType
 
 from seglogfs.control import serve
+from seglogfs.positions import position_index_spec
 from seglogfs.spark import writer as sink
 from seglogfs.spark.errors import SinkError
 from seglogfs.spark.writer import SPARK_DIR, SeglogStreamWriter, SinkState
@@ -69,6 +70,13 @@ def test_batch_sink_round_trips(spark: Any, tmp_path: Path) -> None:
             assert partition == partition_for_key(key, 3), key  # Kafka's producer's choice
     assert len({p for _, p, k, _, _ in stored if k is None}) >= 1
     assert _staged_files(log_dir) == []
+    # The sink kept the file system's position index: each partition file's size is
+    # the rendered bytes of its records (value + newline in a lines topic).
+    with LogManager.open(log_dir, read_only=True, extension=position_index_spec) as manager:
+        for p in range(3):
+            assert list((log_dir / f"out-{p}").glob("*.seglogpos"))
+            rendered = sum(len(v or b"") + 1 for _, q, _, v, _ in stored if q == p)
+            assert manager.log("out", p).extension_end == rendered
 
     # And back through the source: the same records.
     back = spark.read.format("seglog").option("subscribe", "out").option("includeHeaders", "true")
