@@ -23,7 +23,14 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from functools import partial
 
-from storage import ExtensionIndexSpec, Log, OffsetOutOfRangeError, RecordBatch, TopicMetadata
+from storage import (
+    CorruptRecordError,
+    ExtensionIndexSpec,
+    Log,
+    OffsetOutOfRangeError,
+    RecordBatch,
+    TopicMetadata,
+)
 from storage.render import RenderedBatch, render_batch, rendered_size
 
 __all__ = [
@@ -152,7 +159,8 @@ class PositionReader:
         O(bytes) rendering.
 
         Raises:
-            CorruptRecordError: a batch fails its CRC (never served).
+            CorruptRecordError: the read starts in a batch that fails its CRC (never
+                served; a read that meets one later returns the bytes before it).
         """
         for _ in range(_MAX_RETRIES):
             position = self.base + kernel_offset + self.shift
@@ -189,16 +197,22 @@ class PositionReader:
             cursor, offset = last.end, last.next_offset
         else:
             offset, cursor = log.extension_floor(position)
-        for batch in log.batches(offset):
-            rendered = rendering.render(batch)
-            length = len(rendered.data)
-            if cursor + length > position:
-                lo = position - cursor if position > cursor else 0
-                parts.append(memoryview(rendered.data)[lo : want - cursor])
-            self._last = _Rendered(cursor, rendered, batch.next_offset)
-            cursor += length
-            if cursor >= want:
-                break
+        try:
+            for batch in log.batches(offset):
+                rendered = rendering.render(batch)
+                length = len(rendered.data)
+                if cursor + length > position:
+                    lo = position - cursor if position > cursor else 0
+                    parts.append(memoryview(rendered.data)[lo : want - cursor])
+                self._last = _Rendered(cursor, rendered, batch.next_offset)
+                cursor += length
+                if cursor >= want:
+                    break
+        except CorruptRecordError:
+            if not parts:
+                raise
+            # Serve the valid bytes before the corrupt batch (a short read, as a disk
+            # read before a bad sector); the next read starts there and fails.
         if len(parts) == 1:
             return parts[0]
         return b"".join(parts)

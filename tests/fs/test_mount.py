@@ -650,3 +650,32 @@ def test_mount_options_reach_the_kernel_and_debug_logs_requests(
     assert fields[fields.index("-") + 1] == "fuse.seglogfs"
     assert (mount.mountpoint / "t" / "0").read_bytes() == b"x\n"
     assert re.search(r"DEBUG seglogfs.fs: read fh=\d+ off=0 size=\d+: 2 bytes", mount.log())
+
+
+def test_corrupt_batch_is_eio_never_served_and_the_mount_stays_up(
+    tmp_path: Path, mount_dir: MountDir
+) -> None:
+    log_dir = tmp_path / "logs"
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic("t", 1)
+        log = manager.log("t", 0)
+        log.append([b"good %d" % i for i in range(100)])
+        bad = log.append([b"doomed %d" % i for i in range(100)])
+        log.append([b"after %d" % i for i in range(100)])
+    segment = log_dir / "t-0" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    flip = bad.position + bad.size // 2
+    data[flip] ^= 0xFF  # a value byte: the batch CRC no longer matches
+    segment.write_bytes(bytes(data))
+    mount = mount_dir(log_dir)
+    part = mount.mountpoint / "t" / "0"
+    result = subprocess.run(["cat", str(part)], capture_output=True, timeout=60)
+    assert result.returncode != 0
+    assert b"Input/output error" in result.stderr
+    assert b"doomed" not in result.stdout  # nothing of the corrupt batch
+    assert result.stdout == b"".join(b"good %d\n" % i for i in range(100))
+    assert "corrupt record" in mount.log()
+    assert sorted(os.listdir(mount.mountpoint / "t")) == ["0", "produce"]  # still up
+    assert 'user.seglog.log_end_offset="300"' in ok(f"getfattr -d {part}")
+    ok(f"echo new >> {part}")  # appends still work; the corrupt batch is never served
+    assert b"doomed" not in subprocess.run(["cat", str(part)], capture_output=True).stdout
