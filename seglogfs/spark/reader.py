@@ -42,7 +42,13 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from storage import LogManager, OffsetOutOfRangeError, RecordColumns, StorageError
+from storage import (
+    LogManager,
+    OffsetOutOfRangeError,
+    RecordColumns,
+    StorageError,
+    UnknownTopicError,
+)
 
 from .arrow import arrow_batches
 from .errors import DataLossError, OptionError
@@ -111,7 +117,15 @@ def engine_columns(
         DataLossError: see above.
         CorruptRecordError: a batch fails its CRC (never served).
     """
-    log = manager.log(r.topic, r.partition)
+    try:
+        log = manager.log(r.topic, r.partition)
+    except UnknownTopicError:
+        # Deleted after the query was planned: every record of the range is gone.
+        if fail_on_data_loss:
+            raise DataLossError(
+                r.topic, r.partition, r.start, r.end, "belong to a partition that was deleted"
+            ) from None
+        return
     start, end = r.start, r.end
     if r.min_timestamp is not None:
         found = log.offset_for_timestamp(r.min_timestamp)

@@ -1,0 +1,72 @@
+"""Reading one planned range in a task: data loss, control batches, Arrow batching."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from seglogfs.spark.arrow import arrow_schema
+from seglogfs.spark.errors import DataLossError
+from seglogfs.spark.reader import OffsetRange, engine_columns, read_offset_range
+from storage import LogManager
+from tests.conftest import ManualClock
+
+
+def _two_segments(log_dir: Path, clock: ManualClock) -> None:
+    """t-0: offsets 0-9 in a first segment, 10-19 in a second."""
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("t", 1)
+        log = manager.log("t", 0)
+        log.append([b"old %d" % i for i in range(10)])
+        log.roll()
+        log.append([b"new %d" % i for i in range(10)])
+
+
+def test_records_removed_by_retention_are_data_loss(log_dir: Path, clock: ManualClock) -> None:
+    _two_segments(log_dir, clock)
+    r = OffsetRange("t", 0, 5, 15)
+    with LogManager.open(log_dir, read_only=True) as reader:
+        # A reader planned the range; then retention removes the first segment.
+        with LogManager.open(log_dir, clock=clock) as writer:
+            writer.log("t", 0).advance_log_start_offset(10)
+            assert writer.run_retention() == 1
+        reader.refresh()
+        with pytest.raises(DataLossError, match=r"t-0: offsets \[5, 10\) are below"):
+            list(engine_columns(reader, r, fail_on_data_loss=True))
+        columns = list(engine_columns(reader, r, fail_on_data_loss=False))
+        assert [o for c in columns for o in c.offsets] == list(range(10, 15))
+
+
+def test_a_range_past_the_log_end_is_data_loss(log_dir: Path, clock: ManualClock) -> None:
+    _two_segments(log_dir, clock)
+    with LogManager.open(log_dir, read_only=True) as reader:
+        r = OffsetRange("t", 0, 18, 25)
+        with pytest.raises(DataLossError, match=r"offsets \[20, 25\) are past the log end"):
+            list(engine_columns(reader, r, fail_on_data_loss=True))
+        lenient = list(engine_columns(reader, r, fail_on_data_loss=False))
+        assert [o for c in lenient for o in c.offsets] == [18, 19]
+        gone = OffsetRange("deleted", 0, 0, 5)
+        with pytest.raises(DataLossError, match="deleted"):
+            list(engine_columns(reader, gone, fail_on_data_loss=True))
+        assert list(engine_columns(reader, gone, fail_on_data_loss=False)) == []
+
+
+def test_arrow_batches_gather_small_engine_batches(log_dir: Path, clock: ManualClock) -> None:
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("t", 1)
+        log = manager.log("t", 0)
+        for i in range(300):  # one record per engine batch, as a line-by-line producer
+            log.append([b"line %d" % i], keys=[b"k" if i == 150 else None])
+    batches = list(
+        read_offset_range(str(log_dir), OffsetRange("t", 0, 7, 300), include_headers=True,
+                          fail_on_data_loss=True)
+    )  # fmt: skip
+    assert [b.num_rows for b in batches] == [293]
+    batch = batches[0]
+    assert batch.schema == arrow_schema(True)
+    assert batch.column("offset").to_pylist() == list(range(7, 300))
+    keys = batch.column("key").to_pylist()
+    assert keys[150 - 7] == b"k"
+    assert keys.count(None) == 292
+    assert batch.column("headers").null_count == 293
