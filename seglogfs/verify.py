@@ -148,7 +148,14 @@ def verify_log_dir(log_dir: Path, *, progress: bool = False) -> list[Problem]:
     )
     with tqdm(total=total, unit="B", unit_scale=True, desc="verify", disable=not progress) as bar:
         for tp, directory in partitions:
-            metadata = topics.get(tp[0]) or TopicMetadata(tp[0], tp[1] + 1)
+            metadata = topics.get(tp[0])
+            if metadata is None:
+                try:
+                    metadata = TopicMetadata(tp[0], tp[1] + 1)  # a topic Kafka made
+                except StorageError as exc:
+                    # The engine skips such a directory too (with a warning).
+                    problems.append(Problem(directory, None, f"not a partition directory: {exc}"))
+                    continue
             verifier = _PartitionVerifier(directory, metadata, writer, problems, bar)
             end = verifier.run()
             for name, limit_name in (

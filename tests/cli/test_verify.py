@@ -342,3 +342,13 @@ def test_copy_of_a_kafka_broker_dir_verifies(log_dir: Path) -> None:
     position = len(data) - len(v2_set)
     assert [(p.path, p.position) for p in problems] == [(segment, position)]
     assert problems[0].message.startswith("CRC mismatch")
+
+
+def test_directory_with_an_invalid_topic_name(log_dir: Path, clock: ManualClock) -> None:
+    _build(log_dir, clock)
+    stray = log_dir / "not a topic-0"
+    stray.mkdir()
+    problems = verify_log_dir(log_dir)
+    assert [(p.path, p.message.split(":")[0]) for p in problems] == [
+        (stray, "not a partition directory")
+    ]
