@@ -341,3 +341,23 @@ def test_follow_continues_while_retention_deletes_segments(log_dir: Path) -> Non
     assert seen == [
         b"".join(b"step %02d record %d\n" % (step, i) for i in range(4)) for step in range(15)
     ]
+
+
+def test_corrupt_batch_stops_with_its_file_and_position(
+    cli: Cli, log_dir: Path, clock: ManualClock
+) -> None:
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("c", 1)
+        manager.log("c", 0).append([b"good"])
+        second = manager.log("c", 0).append([b"will be corrupted"])
+    segment = log_dir / "c-0" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    data[-3] ^= 0x01
+    segment.write_bytes(bytes(data))
+    result = cli("consume", "c")
+    assert result.out == b"good\n"  # what precedes the corruption is served
+    assert result.code == 1
+    assert result.err == (
+        f"seglogfs consume: error: corrupt record in {segment} at byte {second.position}: "
+        "CRC mismatch\n"
+    )
