@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 from storage import (
+    BrokerConfig,
     ConfigError,
     InvalidTopicError,
     Log,
@@ -46,6 +47,7 @@ from storage import (
     TopicExistsError,
     TopicMetadata,
     UnknownTopicError,
+    load_properties,
 )
 from storage.render import render_batch
 
@@ -109,10 +111,20 @@ def _open_read_only(log_dir: Path) -> LogManager:
     return LogManager.open(log_dir, read_only=True)
 
 
-def _open_writable(log_dir: Path) -> LogManager:
-    """Open for writing as the daemon does: with the file system's position index, so
-    that every append here keeps the ``.seglogpos`` files the mount reads in step."""
-    return LogManager.open(log_dir, extension=position_index_spec)
+def _open_writable(log_dir: Path, args: argparse.Namespace) -> LogManager:
+    """Open for writing as the daemon does: with the broker config it was given
+    (``--broker-config``, else Kafka's defaults) and the file system's position index,
+    so that every append here keeps the ``.seglogpos`` files the mount reads in step.
+
+    Raises:
+        LogDirLockedError: another process writes the directory.
+        ConfigError: the broker config file has a bad value.
+        OSError: the broker config file cannot be read.
+    """
+    broker = None
+    if args.broker_config is not None:
+        broker = BrokerConfig.from_properties(load_properties(args.broker_config))
+    return LogManager.open(log_dir, broker, extension=position_index_spec)
 
 
 def _topic_name(args: argparse.Namespace) -> str:
@@ -153,7 +165,7 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
                 key_separator=args.key_separator,
             )
         else:
-            with _open_writable(log_dir) as manager:
+            with _open_writable(log_dir, args) as manager:
                 manager.create_topic(
                     name,
                     args.partitions,
@@ -221,7 +233,7 @@ def _cmd_topics_alter(args: argparse.Namespace) -> int:
         if control.daemon_socket(log_dir) is not None:
             control.request(log_dir, "alter_topic", name=name, set=to_set, delete=to_delete)
         else:
-            with _open_writable(log_dir) as manager:
+            with _open_writable(log_dir, args) as manager:
                 manager.alter_topic_config(name, to_set, to_delete)
     except (UnknownTopicError, control.ControlError) as exc:
         if args.if_exists and _is_error(exc, UnknownTopicError):
@@ -241,7 +253,7 @@ def _cmd_topics_delete(args: argparse.Namespace) -> int:
         if control.daemon_socket(log_dir) is not None:
             control.request(log_dir, "delete_topic", name=name)
         else:
-            with _open_writable(log_dir) as manager:
+            with _open_writable(log_dir, args) as manager:
                 manager.delete_topic(name)
     except (UnknownTopicError, control.ControlError) as exc:
         if args.if_exists and _is_error(exc, UnknownTopicError):
@@ -332,7 +344,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             return control.produce(log_dir, topic, records, partition=args.partition)
 
         return _produce_stream(args, metadata, send)
-    with _open_writable(log_dir) as manager:
+    with _open_writable(log_dir, args) as manager:
         metadata = manager.topic(topic)
         partitioner = StickyPartitioner(metadata.partitions)
 
@@ -746,6 +758,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help=f"the log directory (default: ${LOG_DIR_ENV})",
     )
+    writer = _Parser(add_help=False)
+    writer.add_argument(
+        "--broker-config",
+        metavar="FILE",
+        type=Path,
+        help="a server.properties for the log.* defaults when no daemon owns the log "
+        "directory (a daemon uses its own --config)",
+    )
     parser = _Parser(
         prog=PROG,
         description="A Kafka-style segmented log store used through the file system.",
@@ -774,7 +794,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--topic", dest="topic_option", metavar="TOPIC", help="the topic name (alternative)"
         )
 
-    create = actions.add_parser("create", parents=[log_dir], help="create a topic")
+    create = actions.add_parser("create", parents=[log_dir, writer], help="create a topic")
     topic_arguments(create)
     create.add_argument(
         "--partitions", type=int, metavar="N", help="partition count (default num.partitions)"
@@ -810,7 +830,7 @@ def build_parser() -> argparse.ArgumentParser:
     topic_arguments(describe)
     describe.set_defaults(handler=_cmd_topics_describe, command_parser=describe)
 
-    alter = actions.add_parser("alter", parents=[log_dir], help="change config overrides")
+    alter = actions.add_parser("alter", parents=[log_dir, writer], help="change config overrides")
     topic_arguments(alter)
     alter.add_argument(
         "--add-config", action="append", metavar="KEY=VALUE", help="set an override (repeatable)"
@@ -823,7 +843,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     alter.set_defaults(handler=_cmd_topics_alter, command_parser=alter)
 
-    delete = actions.add_parser("delete", parents=[log_dir], help="delete a topic and its data")
+    delete = actions.add_parser(
+        "delete", parents=[log_dir, writer], help="delete a topic and its data"
+    )
     topic_arguments(delete)
     delete.add_argument(
         "--if-exists", action="store_true", help="do nothing (exit 0) if there is no such topic"
@@ -832,7 +854,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     produce = commands.add_parser(
         "produce",
-        parents=[log_dir],
+        parents=[log_dir, writer],
         help="stdin lines to records (console producer)",
         description="Append stdin to a topic: one record per line (a last line without "
         "newline too), or raw chunks for a raw topic or with --raw.",

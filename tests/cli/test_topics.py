@@ -177,3 +177,25 @@ def test_if_not_exists_and_if_exists_make_scripts_rerunnable(cli: Cli, log_dir: 
     gone = cli("topics", "delete", "t", "--if-exists")
     assert (gone.code, gone.text, gone.err) == (0, "", "")
     assert cli("topics", "delete", "t").code == 1
+
+
+def test_broker_config_file_gives_the_defaults(cli: Cli, log_dir: Path, tmp_path: Path) -> None:
+    properties = tmp_path / "server.properties"
+    properties.write_text("broker.id=1\nnum.partitions=4\nlog.segment.bytes=300\n")
+    assert cli("topics", "create", "t", "--broker-config", str(properties)).code == 0
+    lines = b"".join(b"line %d\n" % i for i in range(100))
+    assert cli("produce", "t", "-p", "0", "--broker-config", str(properties), stdin=lines).code == 0
+    assert cli("produce", "t", "-p", "0", "--broker-config", str(properties), stdin=lines).code == 0
+    with LogManager.open(log_dir, read_only=True) as manager:
+        assert manager.topic("t").partitions == 4
+        assert manager.log("t", 0).number_of_segments == 2  # log.segment.bytes=300 rolled
+    bad = tmp_path / "bad.properties"
+    bad.write_text("log.segment.bytes=lots\n")
+    wrong = cli("topics", "create", "u", "--broker-config", str(bad))
+    assert wrong.code == 2
+    assert "log.segment.bytes" in wrong.err
+    missing = cli("topics", "create", "u", "--broker-config", str(tmp_path / "none"))
+    assert missing.code == 1
+    assert missing.err == (
+        f"seglogfs topics create: error: {tmp_path / 'none'}: No such file or directory\n"
+    )
