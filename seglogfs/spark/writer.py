@@ -514,6 +514,20 @@ def _files(messages: Sequence[WriterCommitMessage | None]) -> list[str]:
     return [m.path for m in messages if isinstance(m, StagedFile) and m.rows]
 
 
+def _checkpoint_key(location: str) -> str:
+    """One spelling per checkpoint directory: a restart that names it ``file:/x``,
+    ``/x/`` or a relative path from the same directory finds the same sink state."""
+    path = location
+    for scheme in ("file://", "file:"):
+        if path.startswith(scheme):
+            path = path[len(scheme) :]
+            break
+    else:
+        if "://" in location:
+            return location.rstrip("/")  # another file system: as given
+    return os.path.abspath(path)
+
+
 def _sink_id(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:24]
 
@@ -585,7 +599,9 @@ class SeglogStreamWriter(DataSourceStreamArrowWriter):
         self.topic = topic
         # Without a checkpoint location Spark uses a temporary one that no restart
         # reuses, so there is no replay to recognise: a fresh id per query.
-        self.checkpoint = checkpoint or f"temporary:{uuid.uuid4().hex}"
+        self.checkpoint = (
+            _checkpoint_key(checkpoint) if checkpoint else f"temporary:{uuid.uuid4().hex}"
+        )
         self.staging = _Staging(log_dir, _sink_id(self.checkpoint))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:

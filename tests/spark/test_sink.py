@@ -291,6 +291,18 @@ def test_commit_resumes_after_a_crash_mid_commit(
     assert _staged_files(log_dir) == []
 
 
+def test_checkpoint_spellings_share_one_sink_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    keys = {
+        SeglogStreamWriter(str(tmp_path), "t", spelling).checkpoint
+        for spelling in ("ck", f"{tmp_path}/ck", f"{tmp_path}/ck/", f"file:{tmp_path}/ck")
+    }
+    assert keys == {str(tmp_path / "ck")}
+    assert SeglogStreamWriter(str(tmp_path), "t", "hdfs://nn/ck/").checkpoint == "hdfs://nn/ck"
+
+
 def test_sink_schema_checks() -> None:
     check = sink.check_sink_schema
     check(_schema("value binary"), "t")
