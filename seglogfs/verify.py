@@ -30,6 +30,7 @@ Cost: one read and one decode of every batch; the indexes are read whole.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import struct
@@ -115,6 +116,17 @@ def _writer_holds_lock(log_dir: Path) -> bool:
     )
 
 
+def _segment_bytes(directory: Path) -> int:
+    # A writer's retention may rename or remove files while we look: skip those.
+    total = 0
+    with contextlib.suppress(FileNotFoundError):
+        for path in directory.iterdir():
+            if path.name.endswith(".log"):
+                with contextlib.suppress(FileNotFoundError):
+                    total += path.stat().st_size
+    return total
+
+
 def verify_log_dir(log_dir: Path, *, progress: bool = False) -> list[Problem]:
     """Every problem found in ``log_dir`` (empty when all invariants hold).
 
@@ -140,12 +152,7 @@ def verify_log_dir(log_dir: Path, *, progress: bool = False) -> list[Problem]:
         parsed = parse_topic_partition_name(entry)
         if parsed is not None and (log_dir / entry).is_dir():
             partitions.append((parsed, log_dir / entry))
-    total = sum(
-        f.stat().st_size
-        for _tp, directory in partitions
-        for f in directory.iterdir()
-        if f.name.endswith(".log")
-    )
+    total = sum(_segment_bytes(directory) for _tp, directory in partitions)
     with tqdm(total=total, unit="B", unit_scale=True, desc="verify", disable=not progress) as bar:
         for tp, directory in partitions:
             metadata = topics.get(tp[0])
@@ -200,7 +207,11 @@ class _PartitionVerifier:
     def run(self) -> int:
         """Check every segment; return the log end offset."""
         bases: list[int] = []
-        for path in self.directory.iterdir():
+        try:
+            names = list(self.directory.iterdir())
+        except FileNotFoundError:
+            return 0  # the topic was deleted while we looked
+        for path in names:
             if path.name.endswith(".log"):
                 base = offset_from_file_name(path.name)
                 if base is None or path.name != f"{base:020d}.log":
