@@ -384,13 +384,19 @@ def present_prefix(view: LogManager, tp: TopicPartition, start: int, rows: Seque
 
 
 class SinkState:
-    """The durable state of one streaming sink: ``sinks/<id>.json``.
+    """The durable state of one sink: ``sinks/<id>.json``.
 
-    Layout: ``{"checkpoint": PATH, "committed": BATCH_ID (-1 for none), "pending": null
-    or {"batch": ID, "files": [PATH...], "starts": {"topic": {"p": OFFSET}}}}``.
+    Layout: ``{"checkpoint": KEY, "query": QUERY_ID or null, "committed": BATCH_ID (-1
+    for none), "pending": null or {"batch": ID, "files": [PATH...], "starts": {"topic":
+    {"p": OFFSET}}}}``.
+
+    ``query`` is the id Spark keeps in the checkpoint's ``metadata`` file. A checkpoint
+    directory deleted and recreated at the same path starts a new query whose batch ids
+    start again at 0; a different id therefore starts a fresh state instead of skipping
+    the new query's batches as replays.
     """
 
-    def __init__(self, log_dir: Path, checkpoint: str) -> None:
+    def __init__(self, log_dir: Path, checkpoint: str, query_id: str | None = None) -> None:
         digest = _sink_id(checkpoint)
         self.sink_id = digest
         self.path = log_dir / SPARK_DIR / "sinks" / f"{digest}.json"
@@ -401,14 +407,37 @@ class SinkState:
             document = {"committed": -1, "pending": None}
         except ValueError as exc:
             raise SinkError(f"sink state {self.path} is unreadable: {exc}") from exc
+        stored_query = document.get("query")
+        if query_id is not None and stored_query is not None and stored_query != query_id:
+            document = {"committed": -1, "pending": None}
+        self.query_id = query_id if query_id is not None else stored_query
         self.committed: int = int(document["committed"])
         self.pending: dict[str, Any] | None = document.get("pending")
 
     def save(self) -> None:
         _write_json_durably(
             self.path,
-            {"checkpoint": self.checkpoint, "committed": self.committed, "pending": self.pending},
+            {
+                "checkpoint": self.checkpoint,
+                "query": self.query_id,
+                "committed": self.committed,
+                "pending": self.pending,
+            },
         )
+
+
+def query_id(checkpoint: str) -> str | None:
+    """The query id Spark recorded in ``CHECKPOINT/metadata``, if it can be read here
+    (a local or mounted checkpoint directory)."""
+    if "://" in checkpoint and not checkpoint.startswith("file:"):
+        return None
+    try:
+        with open(Path(checkpoint) / "metadata", encoding="utf-8") as f:
+            document = json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+    found = document.get("id") if isinstance(document, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def commit_staged(
@@ -533,11 +562,17 @@ def _sink_id(key: str) -> str:
 
 
 def commit_exactly_once(
-    log_dir: str, staging: _Staging, key: str, files: Sequence[str], batch_id: int
+    log_dir: str,
+    staging: _Staging,
+    key: str,
+    files: Sequence[str],
+    batch_id: int,
+    query: str | None = None,
 ) -> None:
-    """Commit batch ``batch_id`` of the sink named ``key`` at most once, then drop every
-    staged file of that sink (this batch's, a replay's, failed attempts')."""
-    state = SinkState(Path(log_dir), key)
+    """Commit batch ``batch_id`` of the sink named ``key`` (of the query ``query`` when
+    known) at most once, then drop every staged file of that sink (this batch's, a
+    replay's, failed attempts')."""
+    state = SinkState(Path(log_dir), key, query)
     commit_staged(Path(log_dir), files, state=state, batch_id=batch_id)
     staging.remove_others(keep=[])
 
@@ -608,7 +643,10 @@ class SeglogStreamWriter(DataSourceStreamArrowWriter):
         return self.staging.stage(iterator, self.topic)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        commit_exactly_once(self.log_dir, self.staging, self.checkpoint, _files(messages), batchId)
+        query = query_id(self.checkpoint)
+        commit_exactly_once(
+            self.log_dir, self.staging, self.checkpoint, _files(messages), batchId, query
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         abort_exactly_once(self.log_dir, self.checkpoint, _files(messages))

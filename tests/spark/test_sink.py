@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -214,6 +215,12 @@ def test_streaming_sink_does_not_append_a_replayed_batch_twice(spark: Any, tmp_p
     assert len(stored) == 24
     assert Counter(stored).most_common(1)[0][1] == 1
     assert _staged_files(log_dir) == []
+
+    # A new query in a recreated checkpoint directory starts at batch 0 again: its
+    # batches are new, not replays.
+    shutil.rmtree(checkpoint)
+    run()
+    assert len(_stored(log_dir, "dst")) == 48
 
 
 def _stage(writer: SeglogStreamWriter, values: list[bytes], keys: list[bytes | None]) -> Any:
