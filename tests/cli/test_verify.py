@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from seglogfs.positions import position_index_spec
 from seglogfs.verify import verify_log_dir
 from storage import LogManager
 from storage.render import rendered_size
@@ -272,15 +273,26 @@ def test_progress_bar_only_on_a_terminal(log_dir: Path, clock: ManualClock) -> N
 
 @pytest.mark.slow
 def test_verify_beside_a_writer_finds_nothing(log_dir: Path) -> None:
-    with LogManager.open(log_dir) as manager:
-        manager.create_topic("w", 2, {"segment.bytes": "20000", "index.interval.bytes": "500"})
+    config = {
+        "segment.bytes": "20000",
+        "index.interval.bytes": "500",
+        "retention.bytes": "100000",
+        "file.delete.delay.ms": "0",
+    }
+    with LogManager.open(log_dir, extension=position_index_spec) as manager:
+        manager.create_topic("w", 2, config)
         stop = threading.Event()
         appended = [0]
+        deleted = [0]
 
         def write() -> None:
             while not stop.is_set():
                 manager.log("w", appended[0] % 2).append([b"z" * 100] * 20)
                 appended[0] += 1
+                if appended[0] % 20 == 0:
+                    deleted[0] += manager.run_retention()
+                    for log in manager.logs():
+                        log.delete_expired_files()
 
         writer = threading.Thread(target=write)
         writer.start()
@@ -301,8 +313,11 @@ def test_verify_beside_a_writer_finds_nothing(log_dir: Path) -> None:
     assert [(r.returncode, r.stdout, strip_build_notice(r.stderr)) for r in runs] == [
         (0, b"", b"")
     ] * 3
+    # The writer appended, rolled and deleted segments while verify read them.
     assert appended[0] > 50
     assert rolled > 1
+    assert deleted[0] > 0
+    assert verify_log_dir(log_dir) == []
 
 
 def test_copy_of_a_kafka_broker_dir_verifies(log_dir: Path) -> None:
