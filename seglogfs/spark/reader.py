@@ -355,6 +355,14 @@ class SeglogBatchReader(DataSourceReader):
         opts = self.opts
         counts = partition_counts(manager)
         tps = opts.subscription.topic_partitions(counts)
+        absent = [t for t in opts.subscription.topics if t not in counts]
+        if absent:
+            # A streaming query waits for such a topic; a batch query would silently
+            # read nothing, which is almost always a typo.
+            raise OptionError(
+                "subscribe", ",".join(opts.subscription.topics),
+                f"no topic {', '.join(map(repr, absent))} in {opts.log_dir}",
+            )  # fmt: skip
         missing = sorted(set(opts.subscription.assigned) - set(tps))
         if missing:
             raise OptionError(

@@ -178,6 +178,22 @@ def test_planning_with_pushdown_and_min_partitions(tmp_path: Path, clock: Manual
     ]  # fmt: skip
 
 
+def test_planning_names_missing_topics_and_partitions(tmp_path: Path, clock: ManualClock) -> None:
+    path = _log_dir(tmp_path, clock)
+
+    def plan(**options: str) -> object:
+        opts = ReadOptions.parse({"path": str(path), **options}, streaming=False)
+        return SeglogBatchReader(opts).partitions()
+
+    with pytest.raises(OptionError, match="no topic 'typo'"):
+        plan(subscribe="t,typo")
+    with pytest.raises(OptionError, match="t-5"):
+        plan(assign='{"t": [0, 5]}')
+    with pytest.raises(OptionError, match="does not exist"):
+        SeglogBatchReader(_parse(subscribe="t")).partitions()
+    assert plan(subscribePattern="nothing.*") == []
+
+
 def test_planning_refuses_lost_offsets(tmp_path: Path, clock: ManualClock) -> None:
     path = _log_dir(tmp_path, clock)
     with LogManager.open(path, clock=clock) as manager:
