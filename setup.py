@@ -82,8 +82,16 @@ def source_closure(modules: Iterable[str]) -> list[str]:
     return sorted(seen)
 
 
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def source_hashes() -> dict[str, str]:
+    """SHA-256 of each source the compiled modules are built from, by file name."""
+    return {
+        f"{name}.py": hashlib.sha256((ROOT / PACKAGE / f"{name}.py").read_bytes()).hexdigest()
+        for name in source_closure(COMPILED_MODULES)
+    }
+
+
+COMPILED_SOURCES: dict[str, str] = {}
+"""``source_hashes()`` taken just before mypyc reads the sources."""
 
 
 class BuildCompiledEngine(build_ext):
@@ -107,6 +115,16 @@ class BuildCompiledEngine(build_ext):
             )
             (target / MANIFEST).unlink(missing_ok=True)
             return
+        if source_hashes() != COMPILED_SOURCES:
+            # Someone saved a source while mypyc read them: which version got compiled
+            # is unknown, so the build must not be trusted for any of them.
+            print(
+                "warning: storage sources changed during the build; the compiled modules "
+                "will not be used until the next build",
+                file=sys.stderr,
+            )
+            (target / MANIFEST).unlink(missing_ok=True)
+            return
         manifest = {
             "format": 1,
             "compiler": f"mypyc {_mypy_version()}",
@@ -115,10 +133,7 @@ class BuildCompiledEngine(build_ext):
                 _loaded_name(ext.name): Path(self.get_ext_fullpath(ext.name)).name
                 for ext in self.extensions
             },
-            "sources": {
-                f"{name}.py": sha256_of(ROOT / PACKAGE / f"{name}.py")
-                for name in source_closure(COMPILED_MODULES)
-            },
+            "sources": COMPILED_SOURCES,
         }
         # The manifest goes last: until it names the new files' sources, an
         # interpreter starting now either runs the previous build (same sources) or
@@ -163,6 +178,7 @@ def compiled_extensions() -> list[Extension]:
         print(f"warning: mypyc unavailable ({exc}); pure-Python build", file=sys.stderr)
         return []
     paths = [f"{PACKAGE}/{name}.py" for name in COMPILED_MODULES]
+    COMPILED_SOURCES.update(source_hashes())
     # mypyc counts any message as a failure. The project's config warns about
     # sections for modules the build does not read; and in pip's isolated build
     # environment the runtime dependencies are absent, so their values are ``Any``: the
