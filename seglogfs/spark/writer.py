@@ -30,8 +30,18 @@ A crash after step 2 leaves the intent: the replayed batch (Spark re-runs it wit
 same id) completes the *recorded* files, not the replay's (keyless rows may pick other
 partitions; the keyless sticky choice is seeded by the staged file's name so that a
 re-read groups identically), skipping in each partition the prefix of its rows already
-found in the log after the recorded offset. A batch write (no batch id) has no replay
-to guard against and appends directly.
+found in the log after the recorded offset. The sink's state is keyed by the
+checkpoint directory and remembers Spark's query id: a checkpoint deleted and recreated
+at the same path is a new query whose batch ids restart at 0, so its state starts
+afresh. A batch write appends directly (no replay to guard against), unless it names
+a ``txnAppId`` and ``txnVersion``: it is then one batch of that sink, at most once.
+
+Through a daemon, the sink cannot ask for an fsync (the daemon flushes on its own
+schedule) and other producers may append between the sink's chunks; recovery then
+finds the sink's rows as the first run equal to them after the recorded offset.
+
+Cost: the driver appends every row (one Python pass over the staged rows, one murmur2
+per keyed row); tasks only normalise and write Arrow files.
 
 Thread-safety: Spark calls a writer's ``commit`` from one thread; tasks run ``write``
 in their own processes on their own staged files.
