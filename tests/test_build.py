@@ -185,6 +185,35 @@ def test_build_without_a_compiler_installs_pure_python(tmp_path: Path) -> None:
     assert stderr == ""  # nothing stale: no warning
 
 
+def test_source_saved_during_the_build_leaves_no_manifest(tmp_path: Path) -> None:
+    if not have_compiler():
+        pytest.skip("no C compiler to build the compiled engine with (.ci/setup installs one)")
+    copy = copy_package(tmp_path / "pkg")
+    # Runs setup.py with mypycify wrapped: a source is saved right after mypyc read it.
+    code = (
+        "import runpy, sys, mypyc.build\n"
+        "real = mypyc.build.mypycify\n"
+        "def mypycify(*args, **kwargs):\n"
+        "    extensions = real(*args, **kwargs)\n"
+        "    with open('storage/varint.py', 'a') as f:\n"
+        "        f.write('\\nEDITED_MARKER = 1\\n')\n"
+        "    return extensions\n"
+        "mypyc.build.mypycify = mypycify\n"
+        "sys.argv = ['setup.py', 'build_ext', '--inplace']\n"
+        "runpy.run_path('setup.py', run_name='__main__')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=copy, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "sources changed during the build" in result.stderr
+    assert not (copy / "storage" / "_compiled" / "manifest.json").exists()
+    report, stderr = probe(copy)
+    assert report["compiled"] is False
+    assert report["marker"] == 1
+    assert stderr == ""  # no manifest: nothing stale to warn about
+
+
 def test_this_process_reports_its_build() -> None:
     selection = _build.SELECTION
     assert storage.compiled is selection.compiled
