@@ -302,12 +302,9 @@ class LegacyRecordBatch:
 
     @property
     def timestamp_type(self) -> TimestampType:
-        if self.magic == MAGIC_V0:
-            return TimestampType.NO_TIMESTAMP_TYPE
-        attributes = self._buffer[self._start + ATTRIBUTES_OFFSET]
-        if attributes & TIMESTAMP_TYPE_MASK:
-            return TimestampType.LOG_APPEND_TIME
-        return TimestampType.CREATE_TIME
+        # A legacy entry keeps its attributes at byte 17, right after the magic (byte
+        # 21 is where v2 keeps them): the header parser knows the layout.
+        return legacy_record.legacy_entry_header(self._entry()).timestamp_type
 
     @property
     def codec(self) -> CompressionType:

@@ -22,6 +22,7 @@ from storage.legacy_record import (
     legacy_entry_records,
 )
 from storage.record import CompressionType, Record, TimestampType
+from storage.record_batch import read_batch
 
 # KAFKA-FORMAT.md: v1, offset 7, key "k", value "hello", timestamp 1700000000000.
 EXAMPLE_V1 = bytes.fromhex(
@@ -476,3 +477,18 @@ def test_minimal_v0_entry() -> None:
     assert legacy_entry_records(entry) == [
         Record(0, -1, None, None, (), TimestampType.NO_TIMESTAMP_TYPE)
     ]
+
+
+@pytest.mark.parametrize(
+    ("attributes", "expected"),
+    [(0, TimestampType.CREATE_TIME), (LOG_APPEND_TIME_BIT, TimestampType.LOG_APPEND_TIME)],
+)
+def test_batch_view_reads_the_timestamp_type_at_the_legacy_attributes(
+    attributes: int, expected: TimestampType
+) -> None:
+    # The batch view of a v1 entry must read byte 17 (v2's attributes sit at byte 21,
+    # inside a v1 entry's timestamp).
+    entry = _message(3, 1, b"k", b"v", attributes=attributes, timestamp=TS)
+    batch = read_batch(entry)
+    assert batch.timestamp_type is expected
+    assert {r.timestamp_type for r in batch.records()} == {expected}
