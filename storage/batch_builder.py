@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import Final
 
 import crc32c
 from mypy_extensions import i64
@@ -28,9 +29,9 @@ from .record_batch import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
 )
-from .varint import SMALL_VARINTS, encode_varint
+from .varint import SMALL_VARINT_LIMIT, SMALL_VARINTS, encode_varint
 
-_SMALL = len(SMALL_VARINTS)
+_SMALL: Final = SMALL_VARINT_LIMIT
 # attributes(0) + timestampDelta(0) + offsetDelta(i) + keyLength(-1): the bytes between a
 # record's length and its value length when it has no key and the batch's timestamp.
 _NULL_KEY_PREFIX = tuple(b"\x00\x00" + v + b"\x01" for v in SMALL_VARINTS)
@@ -188,8 +189,11 @@ def _encode_records(
             prefix = b"\x00" + encode_varint(ts_delta) + encode_varint(offset_delta)
         key = key_list[i] if key_list is not None else None
         value = value_list[i]
-        record_headers = headers[i] if headers is not None else ()
-        header_bytes = _encode_headers(record_headers) if record_headers else b"\x00"
+        header_bytes = b"\x00"
+        if headers is not None:
+            record_headers = headers[i]
+            if record_headers:
+                header_bytes = _encode_headers(record_headers)
         length = len(prefix) + len(header_bytes)
         if key is None:
             key_len = b"\x01"

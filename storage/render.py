@@ -23,6 +23,7 @@ import sys
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from librt.strings import BytesWriter, write_i64_le
 from mypy_extensions import i64
@@ -30,7 +31,7 @@ from mypy_extensions import i64
 from .record_batch import RecordBatch
 from .record_columns import RecordColumns
 
-_NEWLINE = b"\n"
+_NEWLINE: Final = b"\n"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,9 +10,13 @@ Pure functions: thread-safe.
 
 from __future__ import annotations
 
+from typing import Final
+
 from .errors import CorruptRecordError
 
-_SMALL_LIMIT = 1 << 14
+SMALL_VARINT_LIMIT: Final = 1 << 14
+"""``SMALL_VARINTS`` covers ``0 <= n < SMALL_VARINT_LIMIT`` (a literal: compiled code
+inlines it)."""
 
 
 def zigzag_encode(n: int) -> int:
@@ -27,7 +31,7 @@ def zigzag_decode(u: int) -> int:
 
 def encode_varint(n: int) -> bytes:
     """Encode ``n`` (signed, up to 64 bits) as a ZigZag LEB128 varint/varlong."""
-    if 0 <= n < _SMALL_LIMIT:
+    if 0 <= n < SMALL_VARINT_LIMIT:
         return SMALL_VARINTS[n]
     u = zigzag_encode(n) & 0xFFFFFFFFFFFFFFFF
     out = bytearray()
@@ -60,7 +64,7 @@ def decode_varint(buf: bytes | memoryview, pos: int, max_bytes: int = 10) -> tup
 
 def _build_small() -> tuple[bytes, ...]:
     table = []
-    for n in range(_SMALL_LIMIT):
+    for n in range(SMALL_VARINT_LIMIT):
         u = n << 1
         out = bytearray()
         while u >= 0x80:
