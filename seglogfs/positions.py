@@ -38,6 +38,7 @@ __all__ = [
     "POSITION_INDEX_SUFFIX",
     "PositionReader",
     "Rendering",
+    "log_start_anchor",
     "position_index_spec",
     "position_of_offset",
 ]
@@ -101,6 +102,9 @@ def position_of_offset(log: Log, rendering: Rendering, offset: int) -> int:
     if offset == log.log_end_offset:
         return log.extension_end
     batch_offset, position = log.extension_position(offset)
+    if batch_offset < log.log_start_offset:
+        batch_offset = log.log_start_offset
+        position, _start = log_start_anchor(log, rendering)
     for batch in log.batches(batch_offset):
         rendered = rendering.render(batch)
         if batch.next_offset > offset:
@@ -108,6 +112,55 @@ def position_of_offset(log: Log, rendering: Rendering, offset: int) -> int:
             return position + (rendered.ends[i - 1] if i else 0)
         position += len(rendered.data)
     return log.extension_end
+
+
+def log_start_anchor(log: Log, rendering: Rendering) -> tuple[int, int]:
+    """``(units before the batch holding the log start offset, position of the log
+    start record)``: where a partition file's retained records begin.
+
+    Retention deletes whole segments, so the log start is usually a segment's first
+    batch, whose index entry gives both at once. A log start inside a segment (Kafka's
+    ``DeleteRecords``, found in a copied broker directory's checkpoint) has no entry,
+    and ``Log.batches`` cannot scan from the entry below it: the answer is measured
+    back from the first index entry after it (at most one index interval of batches
+    rendered) and the records below the log start become part of the gap.
+
+    Cost: O(log n), or O(log n * log units) plus one index interval when the log start
+    is inside a segment.
+    """
+    start = log.log_start_offset
+    if start >= log.log_end_offset:
+        return log.extension_end, log.extension_end
+    batch_offset, units = log.extension_position(start)
+    if batch_offset == start:
+        return units, units
+    anchor_offset, anchor_units = _first_entry_after(log, start)
+    rendered = []
+    for batch in log.batches(start):
+        if batch.base_offset >= anchor_offset:
+            break
+        rendered.append(rendering.render(batch))
+    if not rendered:
+        return anchor_units, anchor_units
+    before = anchor_units - sum(len(r.data) for r in rendered)
+    i = bisect_left(rendered[0].offsets, start)
+    return before, before + (rendered[0].ends[i - 1] if i else 0)
+
+
+def _first_entry_after(log: Log, offset: int) -> tuple[int, int]:
+    # extension_floor is monotonic in its units: bisect them for the first entry whose
+    # batch starts after `offset` (the log end when there is none).
+    lo, hi = log.extension_start, log.extension_end
+    while lo < hi:
+        middle = (lo + hi) // 2
+        if log.extension_floor(middle)[0] > offset:
+            hi = middle
+        else:
+            lo = middle + 1
+    found = log.extension_floor(lo)
+    if found[0] > offset:
+        return found
+    return log.log_end_offset, log.extension_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,12 +188,14 @@ class PositionReader:
     Not thread-safe: the daemon runs one request of an open file at a time.
     """
 
-    __slots__ = ("_last", "base", "shift")
+    __slots__ = ("_last", "_start", "base", "shift")
 
     def __init__(self, base: int = 0) -> None:
         self.base = base
         self.shift = 0
         self._last: _Rendered | None = None
+        # ((log identity, log start offset), log_start_anchor(...)) of the last read.
+        self._start: tuple[tuple[int, int], tuple[int, int]] | None = None
 
     def position(self, kernel_offset: int) -> int:
         """The global position the kernel's ``kernel_offset`` denotes now."""
@@ -164,7 +219,8 @@ class PositionReader:
         """
         for _ in range(_MAX_RETRIES):
             position = self.base + kernel_offset + self.shift
-            start = log.extension_start
+            anchor = self._anchor(log, rendering)
+            start = anchor[1]
             if position < start:
                 # Retention removed these bytes: continue at the oldest retained record,
                 # as Kafka's auto.offset.reset=earliest, and remember the jump.
@@ -180,6 +236,12 @@ class PositionReader:
                 # cached batch): forget it and start again from the new log start.
                 self._last = None
         return b""
+
+    def _anchor(self, log: Log, rendering: Rendering) -> tuple[int, int]:
+        key = (id(log), log.log_start_offset)
+        if self._start is None or self._start[0] != key:
+            self._start = (key, log_start_anchor(log, rendering))
+        return self._start[1]
 
     def _read_at(
         self, log: Log, rendering: Rendering, position: int, size: int
@@ -197,6 +259,11 @@ class PositionReader:
             cursor, offset = last.end, last.next_offset
         else:
             offset, cursor = log.extension_floor(position)
+            if offset < log.log_start_offset:
+                # The entry is below a log start inside its segment: scan from the
+                # batch holding the log start (the caller keeps positions above it).
+                offset = log.log_start_offset
+                cursor = self._anchor(log, rendering)[0]
         try:
             for batch in log.batches(offset):
                 rendered = rendering.render(batch)

@@ -137,3 +137,22 @@ def test_internal_topics_shown_when_asked(tmp_path: Path, mount_dir: Callable[..
     mount = mount_dir(log_dir, "-o", "ro,internal")
     assert sorted(p.name for p in mount.mountpoint.iterdir()) == ["__consumer_offsets", "legacy"]
     assert (mount.mountpoint / "__consumer_offsets" / "0").read_bytes() == b"offset\n"
+
+
+def test_log_start_inside_a_segment_hides_the_records_below_it(
+    tmp_path: Path, mount_dir: Callable[..., Mount]
+) -> None:
+    # After Kafka's DeleteRecords the log start offset checkpoint names an offset in
+    # the middle of a segment: a consumer sees nothing below it.
+    log_dir = tmp_path / "kafka-logs"
+    values = build_broker_dir(log_dir)
+    (log_dir / "log-start-offset-checkpoint").write_text("0\n1\nlegacy 0 8\n")
+    mount = mount_dir(log_dir, "-o", "ro")
+    shown = (mount.mountpoint / "legacy" / "0").read_bytes()
+    assert shown == b"".join((v or b"") + b"\n" for v in values[8:])
+    assert (mount.mountpoint / "legacy" / "0@earliest").read_bytes() == shown
+    assert (mount.mountpoint / "legacy" / "0@3").read_bytes() == shown  # raised to the start
+    expected = b"".join((v or b"") + b"\n" for v in values)
+    with open(mount.mountpoint / "legacy" / "0", "rb") as f:
+        f.seek(len(expected) - 30)  # positions above the start read as before
+        assert f.read() == expected[-30:]
