@@ -69,7 +69,7 @@ def run(log_dir: Path, workdir: Path) -> None:
             tail.terminate()
             tail.wait()
         _shell(f"cat {m}/orders/0@-2   # a view: the last two records")
-        _shell(f"ls -l {m}/orders && getfattr -d {m}/orders/0")
+        _shell(f"ls -l {m}/orders && getfattr -d --absolute-names {m}/orders/0")
         print("$ kill -TERM %1   # unmount: flush, checkpoint, clean shutdown", flush=True)
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(30)
