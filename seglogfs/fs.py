@@ -24,15 +24,17 @@ shift (``seglogfs.positions``) is never updated by two reads at once. Namespace 
 (mkdir, a topic's format) hold one admin lock.
 
 Inode numbers are stable for the daemon's life: one per (kind, topic, partition),
-allocated on first sight and never reused; a view's inode (one per resolved start) lives
-until the kernel forgets it. The namespace itself is read from the
-``LogManager`` on every lookup and readdir (topics created or deleted through the
-control socket appear and disappear), and entries and attributes are never cached by
-the kernel (timeouts of 0; partition files are ``direct_io``), so ``st_size`` is exact
-at every ``stat``.
+allocated on first sight and never reused; a view's inode (one per resolved start)
+lives until the kernel forgets it. The namespace itself is read from the ``LogManager``
+on every lookup and readdir (topics created or deleted through the control socket
+appear and disappear), and entries and attributes are never cached by the kernel
+(timeouts of 0; partition files are ``direct_io``), so ``st_size`` is exact at every
+``stat``.
 
 Thread-safety: the handlers run on the trio thread; the ``_sync_*`` helpers they hand to
-worker threads touch only the engine (thread-safe) and the open file they were given.
+worker threads touch the engine (thread-safe), the open file they were given (its lock
+is held), and two bookkeeping dicts (last active segment, last refresh) whose single
+get/set operations the GIL keeps atomic.
 """
 
 from __future__ import annotations
