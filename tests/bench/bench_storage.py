@@ -414,8 +414,9 @@ class Measurement:
     target: float | None  # compiled build; rates and bandwidths at least, times at most
 
 
-def measurements(sizes: Sizes, facts: dict[str, int]) -> list[Measurement]:
-    large = sizes.lookup_large
+def append_measurements(sizes: Sizes) -> list[Measurement]:
+    """Run first, before the shared logs (about 1.5 GB) are written: appends right after
+    them were slower in some runs here, whichever build made them."""
     return [
         Measurement(
             "append 100 B values",
@@ -432,6 +433,12 @@ def measurements(sizes: Sizes, facts: dict[str, int]) -> list[Measurement]:
             "rate",
             2_500_000,
         ),
+    ]
+
+
+def measurements(sizes: Sizes, facts: dict[str, int]) -> list[Measurement]:
+    large = sizes.lookup_large
+    return [
         Measurement(
             "read 100 B values, records()",
             "records",
@@ -594,6 +601,41 @@ def measure_builds(
     return reports
 
 
+def run_measurement(
+    m: Measurement, builds: Sequence[str], sizes: Sizes, sizes_name: str, shared: Path
+) -> tuple[str, ...]:
+    """Run ``m`` in every build, print its lines, return its summary row."""
+    say(f"[{m.name}] {m.method}")
+    reports = measure_builds(m, builds, sizes, sizes_name, shared)
+    figures = {}
+    for build, report in reports.items():
+        if report["compiled"] != (build == "compiled"):
+            raise SystemExit(f"the {build} worker ran: {report['build']}")
+        text, value = figure(m, report)
+        figures[build] = (text, value)
+        extra = ""
+        if m.kind == "latency":
+            extra = (
+                f", p99 {report['p99'] * 1e6:,.0f} us, positioning only "
+                f"(next(log.batches(offset))) {report['positioning'] * 1e6:,.0f} us"
+            )
+        if "write_runs" in report:
+            ceiling = report["units"] / statistics.median(report["write_runs"])
+            extra = f"; os.write of the same bytes: {ceiling:,.0f} rec/s"
+        count = len(report["runs"])
+        unit = "lookups" if m.kind == "latency" else "runs"
+        say(f"  {build:8}: {text} (median of {count} {unit}{extra})")
+    ratio = ""
+    if len(builds) == 2:
+        ratio_value = reports["pure"]["median"] / reports["compiled"]["median"]
+        ratio = f"{ratio_value:.1f}x"
+        say(f"  ratio pure/compiled time: {ratio} (compiled faster when above 1)")
+    ok = met(m, figures[builds[0]][1])
+    status = "info" if ok is None else ("MET" if ok else "NOT MET")
+    say()
+    return (m.name, *(figures[b][0] for b in builds), ratio, target_text(m), status)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
@@ -628,38 +670,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     rows = [("measurement", *builds, "ratio" if len(builds) == 2 else "", "target", "status")]
     with scratch_dir() as shared:
+        for m in append_measurements(sizes):
+            rows.append(run_measurement(m, builds, sizes, sizes_name, shared))
         facts = build_shared(shared, sizes)
         say()
         for m in measurements(sizes, facts):
-            say(f"[{m.name}] {m.method}")
-            reports = measure_builds(m, builds, sizes, sizes_name, shared)
-            figures = {}
-            for build, report in reports.items():
-                if report["compiled"] != (build == "compiled"):
-                    raise SystemExit(f"the {build} worker ran: {report['build']}")
-                text, value = figure(m, report)
-                figures[build] = (text, value)
-                extra = ""
-                if m.kind == "latency":
-                    extra = (
-                        f", p99 {report['p99'] * 1e6:,.0f} us, positioning only "
-                        f"(next(log.batches(offset))) {report['positioning'] * 1e6:,.0f} us"
-                    )
-                if "write_runs" in report:
-                    ceiling = report["units"] / statistics.median(report["write_runs"])
-                    extra = f"; os.write of the same bytes: {ceiling:,.0f} rec/s"
-                count = len(report["runs"])
-                unit = "lookups" if m.kind == "latency" else "runs"
-                say(f"  {build:8}: {text} (median of {count} {unit}{extra})")
-            ratio = ""
-            if len(builds) == 2:
-                ratio_value = reports["pure"]["median"] / reports["compiled"]["median"]
-                ratio = f"{ratio_value:.1f}x"
-                say(f"  ratio pure/compiled time: {ratio} (compiled faster when above 1)")
-            ok = met(m, figures[builds[0]][1])
-            status = "info" if ok is None else ("MET" if ok else "NOT MET")
-            rows.append((m.name, *(figures[b][0] for b in builds), ratio, target_text(m), status))
-            say()
+            rows.append(run_measurement(m, builds, sizes, sizes_name, shared))
     title = "summary (--quick sizes: not the target conditions)" if args.quick else "summary"
     say(f"{title}; targets apply to the {builds[0]} build")
     print_table(rows)
