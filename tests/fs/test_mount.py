@@ -681,3 +681,20 @@ def test_corrupt_batch_is_eio_never_served_and_the_mount_stays_up(
     assert 'user.seglog.log_end_offset="300"' in ok(f"getfattr -d {part}")
     ok(f"echo new >> {part}")  # appends still work; the corrupt batch is never served
     assert b"doomed" not in subprocess.run(["cat", str(part)], capture_output=True).stdout
+
+
+def test_sigterm_unmounts_while_files_are_open_and_a_process_is_inside(mounted: Mount) -> None:
+    mnt = mounted.mountpoint
+    ok(f"mkdir {mnt}/t && echo a >> {mnt}/t/0")
+    tail = subprocess.Popen(["tail", "-f", str(mnt / "t" / "0")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    inside = subprocess.Popen(["sleep", "30"], cwd=mnt / "t")
+    try:
+        time.sleep(0.3)
+        started = time.monotonic()
+        assert mounted.stop() == 0
+        assert time.monotonic() - started < 5
+        assert not is_mounted(mnt)
+    finally:
+        for proc in (tail, inside):
+            proc.kill()
+            proc.wait()
