@@ -686,7 +686,9 @@ def test_corrupt_batch_is_eio_never_served_and_the_mount_stays_up(
 def test_sigterm_unmounts_while_files_are_open_and_a_process_is_inside(mounted: Mount) -> None:
     mnt = mounted.mountpoint
     ok(f"mkdir {mnt}/t && echo a >> {mnt}/t/0")
-    tail = subprocess.Popen(["tail", "-f", str(mnt / "t" / "0")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tail = subprocess.Popen(
+        ["tail", "-f", str(mnt / "t" / "0")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     inside = subprocess.Popen(["sleep", "30"], cwd=mnt / "t")
     try:
         time.sleep(0.3)
