@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seglogfs import sd_notify
 from seglogfs.errno_map import errno_for
-from seglogfs.produce import LineBuffer, batch_estimate, line_chunks, split_lines
+from seglogfs.positions import position_index_spec
+from seglogfs.produce import LineBuffer, append_lines, batch_estimate, line_chunks, split_lines
 from seglogfs.views import ViewName, parse_view_name
 from storage import (
     ConfigError,
     CorruptRecordError,
     InvalidTopicError,
+    LogManager,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     RecordTooLargeError,
@@ -132,3 +137,30 @@ def test_line_chunks_fit_the_batch_limit_and_cut_at_line_ends() -> None:
     for chunk in chunks:
         assert chunk.endswith(b"\n")
         assert batch_estimate(len(chunk), chunk.count(b"\n")) <= 20_000 * 1.1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lines=st.lists(st.binary(max_size=300).filter(lambda b: b"\n" not in b), max_size=60),
+    cuts=st.lists(st.integers(0, 20000), max_size=30),
+    limit=st.sampled_from([1200, 5000, 1 << 20]),
+)
+def test_any_chunking_of_writes_gives_one_record_per_line(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[bytes], cuts: list[int], limit: int
+) -> None:
+    data = b"".join(line + b"\n" for line in lines)
+    with LogManager.open(tmp_path_factory.mktemp("logs"), extension=position_index_spec) as m:
+        m.create_topic("t", 1, {"max.message.bytes": str(limit)})
+        log = m.log("t", 0)
+        buffer = LineBuffer()
+        bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+        for lo, hi in itertools.pairwise(bounds):
+            complete, tail = buffer.split(data[lo:hi], limit)
+            if complete:
+                appended, _infos = append_lines(log, complete, None)
+                assert appended == len(complete)
+            buffer.commit(tail)
+        assert buffer.completed() == b""  # the data ends with a newline
+        assert [r.value for r in log.records(0)] == lines
+        assert log.extension_end == len(data)
+        assert all(b.size <= limit for b in log.batches(0))
