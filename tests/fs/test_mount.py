@@ -700,3 +700,24 @@ def test_sigterm_unmounts_while_files_are_open_and_a_process_is_inside(mounted: 
         for proc in (tail, inside):
             proc.kill()
             proc.wait()
+
+
+def test_tail_f_of_the_latest_view_shows_only_new_records(mounted: Mount) -> None:
+    mnt = mounted.mountpoint
+    ok(f"mkdir {mnt}/t && printf 'old 1\\nold 2\\n' >> {mnt}/t/0")
+    tail = subprocess.Popen(
+        ["tail", "-f", "-s", "0.1", "-n", "+1", str(mnt / "t" / "0@latest")],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert tail.stdout is not None
+        time.sleep(0.3)
+        ok(f"echo new 1 >> {mnt}/t/0")
+        assert tail.stdout.readline() == b"new 1\n"
+        ok(f"echo new 2 >> {mnt}/t/0")
+        assert tail.stdout.readline() == b"new 2\n"
+    finally:
+        tail.terminate()
+        tail.wait(10)
+        if tail.stdout is not None:
+            tail.stdout.close()
