@@ -25,6 +25,7 @@ from storage import (
     RecordTooLargeError,
     StorageError,
     TopicExistsError,
+    TopicNotEmptyError,
     UnknownTopicError,
 )
 
@@ -33,6 +34,7 @@ __all__ = ["ERRNO_BY_ERROR", "errno_for"]
 ERRNO_BY_ERROR: dict[type[BaseException], int] = {
     UnknownTopicError: errno.ENOENT,  # a topic or partition that does not exist
     TopicExistsError: errno.EEXIST,  # mkdir of an existing topic
+    TopicNotEmptyError: errno.EPERM,  # setfattr of the format once records exist
     InvalidTopicError: errno.EINVAL,  # Kafka's name rules, or a '.'/'_' collision
     ConfigError: errno.EINVAL,  # setfattr of a bad config value
     RecordTooLargeError: errno.EFBIG,  # a record over max.message.bytes

@@ -878,24 +878,9 @@ class Operations(pyfuse3.Operations):
         metadata = self._metadata(topic)
         fmt = value if key == "format" else metadata.format
         separator = (value or None) if key == "key.separator" else metadata.key_separator
-        if fmt == metadata.format and separator == metadata.key_separator:
-            return
-        logs = [self.manager.log(topic, p) for p in range(metadata.partitions)]
-        if any(log.log_end_offset > 0 for log in logs):
-            # The rendering decides every position: fixed once a record exists.
-            raise _fail(errno.EPERM)
-        # Validates the combination (ConfigError: EINVAL) before anything changes.
-        TopicMetadata(topic, metadata.partitions, fmt, separator, metadata.overrides)
-        # The engine has no call to change a topic's rendering, which is fixed at
-        # creation; an empty topic is re-created with the same partitions and config.
-        self.manager.delete_topic(topic)
-        self.manager.create_topic(
-            topic,
-            metadata.partitions,
-            metadata.overrides,
-            format=fmt,
-            key_separator=separator,
-        )
+        # The rendering decides every position, so the engine fixes it once a record
+        # exists (TopicNotEmptyError: EPERM) and validates it (ConfigError: EINVAL).
+        self.manager.set_topic_rendering(topic, fmt, separator)
         for partition in range(metadata.partitions):
             log = self.manager.log(topic, partition)
             self._active_base[(topic, partition)] = log.active_segment.base_offset

@@ -33,6 +33,7 @@ from .errors import (
     StorageError,
     TopicError,
     TopicExistsError,
+    TopicNotEmptyError,
     UnknownTopicError,
 )
 from .extension_index import ExtensionIndexSpec
@@ -92,6 +93,7 @@ __all__ = [
     "TopicError",
     "TopicExistsError",
     "TopicMetadata",
+    "TopicNotEmptyError",
     "UnknownTopicError",
     "build_info",
     "build_record_batch",

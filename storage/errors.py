@@ -160,6 +160,14 @@ class TopicExistsError(TopicError):
         self.name = name
 
 
+class TopicNotEmptyError(TopicError):
+    """A change allowed only before a topic's first record (its format) came after it."""
+
+    def __init__(self, name: str, what: str) -> None:
+        super().__init__(f"topic {name!r} already holds records: its {what} is fixed")
+        self.name = name
+
+
 class UnknownTopicError(TopicError):
     """No topic (or partition) of that name exists."""
 

@@ -28,7 +28,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 
@@ -41,6 +41,7 @@ from .errors import (
     ReadOnlyLogError,
     StorageError,
     TopicExistsError,
+    TopicNotEmptyError,
     UnknownTopicError,
 )
 from .extension_index import ExtensionIndexSpec
@@ -310,6 +311,46 @@ class LogManager:
                 if log is not None:
                     log.config = config
             return config
+
+    def set_topic_rendering(
+        self, name: str, format: str, key_separator: str | None
+    ) -> TopicMetadata:
+        """Set how a topic's records render (``format``, ``key.separator``) while no
+        record was ever appended to it; positions in its partition files depend on it,
+        so it is fixed from the first record on.
+
+        The metadata file is the commit point; the (empty) partition logs are then
+        reopened so that their extension index follows the new rendering.
+
+        Raises:
+            UnknownTopicError: no such topic.
+            TopicNotEmptyError: a partition already holds (or held) a record.
+            ConfigError: an unknown format, or a separator the format does not take.
+            ReadOnlyLogError: the manager is read-only.
+        """
+        with self._lock:
+            self._check_writable()
+            metadata = self.topic(name)
+            if (format, key_separator) == (metadata.format, metadata.key_separator):
+                return metadata
+            logs = [self._logs[(name, p)] for p in range(metadata.partitions)]
+            if any(log.log_end_offset > 0 for log in logs):
+                raise TopicNotEmptyError(name, "format")
+            changed = replace(metadata, format=format, key_separator=key_separator)
+            self._topics[name] = changed
+            try:
+                self._write_topics()
+            except BaseException:
+                self._topics[name] = metadata
+                raise
+            config = self.topic_config(name)
+            for partition, log in enumerate(logs):
+                log.close()
+                self._logs[(name, partition)] = Log.open(
+                    log.dir, config, clock=self.clock, extension=self._extension_for(changed)
+                )
+            logger.info("topic %s: format %s, key separator %r", name, format, key_separator)
+            return changed
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data.

@@ -13,12 +13,16 @@ import pytest
 from storage import (
     BrokerConfig,
     ConfigError,
+    ExtensionIndexSpec,
     InvalidTopicError,
     LogConfig,
     LogDirLockedError,
     LogManager,
     ReadOnlyLogError,
+    RecordBatch,
     TopicExistsError,
+    TopicMetadata,
+    TopicNotEmptyError,
     UnknownTopicError,
 )
 from storage.checkpoint import read_offset_checkpoint
@@ -228,3 +232,30 @@ def test_maintenance_skips_a_log_closed_under_it(log_dir: Path, clock: ManualClo
         assert not any(old.roll_if_due() for old in logs)
         for old in logs:
             old.flush()
+
+
+def test_rendering_changes_only_before_the_first_record(log_dir: Path, clock: ManualClock) -> None:
+    def spec_for(metadata: TopicMetadata) -> ExtensionIndexSpec:
+        # Units that depend on the rendering, so a stale spec would show.
+        per_record = 1 if metadata.format == "lines" else 0
+
+        def measure(batch: RecordBatch) -> int:
+            return sum(len(r.value or b"") + per_record for r in batch.records())
+
+        return ExtensionIndexSpec(".units", 64, measure)
+
+    with LogManager.open(log_dir, clock=clock, extension=spec_for) as manager:
+        manager.create_topic("t", 2)
+        changed = manager.set_topic_rendering("t", "raw", None)
+        assert (changed.format, changed.key_separator) == ("raw", None)
+        manager.log("t", 0).append([b"abc"])
+        assert manager.log("t", 0).extension_end == 3  # raw: no newline counted
+        with pytest.raises(TopicNotEmptyError):
+            manager.set_topic_rendering("t", "lines", None)
+        manager.create_topic("u", 1)
+        with pytest.raises(ConfigError):
+            manager.set_topic_rendering("u", "raw", ":")  # a separator needs lines
+        assert manager.topic("u").format == "lines"
+    with LogManager.open(log_dir, clock=clock, extension=spec_for) as manager:
+        assert manager.topic("t").format == "raw"  # the metadata file was written
+        assert manager.log("t", 0).extension_end == 3
