@@ -1,5 +1,5 @@
-"""The quick-start demo: mount a log directory, produce with ``echo``, consume with ``cat``
-and ``tail``, unmount.
+"""The quick-start demo: mount a log directory, produce with ``echo``, consume with ``cat``,
+``tail`` and ``seglogfs consume``, unmount, then ``seglogfs dump`` a segment.
 
 Run ``python -m seglogfs.demo [LOGDIR]`` (``bash .ci/demo`` does it after installing).
 Without LOGDIR a temporary log directory is used and removed afterwards. Every step is a
@@ -31,6 +31,14 @@ def _mounted(path: Path) -> bool:
 def _shell(command: str) -> None:
     print(f"$ {command}", flush=True)
     subprocess.run(["bash", "-c", command], check=True)
+
+
+def _cli(*args: str) -> None:
+    """Run a ``seglogfs`` command of this installation, shown as a shell line."""
+    print(f"$ {shlex.join(['seglogfs', *args])}", flush=True)
+    script = Path(sys.executable).parent / "seglogfs"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "seglogfs.cli"]
+    subprocess.run([*command, *args], check=True)
 
 
 def _mount_command(log_dir: Path, mountpoint: Path) -> list[str]:
@@ -70,6 +78,8 @@ def run(log_dir: Path, workdir: Path) -> None:
             tail.wait()
         _shell(f"cat {m}/orders/0@-2   # a view: the last two records")
         _shell(f"ls -l {m}/orders && getfattr -d --absolute-names {m}/orders/0")
+        # The command line reads the same files while the daemon writes them.
+        _cli("consume", "-d", str(log_dir), "orders", "-o", "-2", "--format", "json")
         print("$ kill -TERM %1   # unmount: flush, checkpoint, clean shutdown", flush=True)
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(30)
@@ -83,6 +93,9 @@ def run(log_dir: Path, workdir: Path) -> None:
     for path in sorted(log_dir.rglob("*")):
         if path.is_file():
             print(f"  {path.relative_to(log_dir)}  {path.stat().st_size} bytes")
+    print(flush=True)
+    # What Kafka's kafka-dump-log.sh prints for the segment.
+    _cli("dump", "--print-data-log", str(log_dir / "orders-0" / "00000000000000000000.log"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,6 +29,11 @@ def test_demo_mounts_produces_consumes_and_unmounts(tmp_path: Path) -> None:
         assert f"order {i}: {i} muffins" in lines[echo + 1 :]
     assert "$ cat " in out
     assert 'user.seglog.log_end_offset="6"' in out
+    # seglogfs consume reads while the daemon runs; dump prints kafka-dump-log.sh lines.
+    assert '"offset": 5, ' in out
+    assert '"value": "order 6: 6 muffins"' in out
+    assert "| offset: 0 CreateTime: " in out
+    assert out.count("isvalid: true") == 6
     assert (log_dir / ".kafka_cleanshutdown").exists()  # unmounted cleanly
     assert (log_dir / "orders-0" / "00000000000000000000.log").stat().st_size > 0
     mountpoint = Path(lines[0].split()[-2])
