@@ -1,4 +1,4 @@
-"""Rendering records as the bytes a partition file shows (SPEC §3), a batch at a time.
+"""Rendering records as the bytes a partition file shows, a batch at a time.
 
 The file system and the command line show a partition as one byte stream. A topic's
 format decides how each record renders:
