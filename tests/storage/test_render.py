@@ -28,7 +28,7 @@ def batch_of(
 
 
 def reference(batch: RecordBatch, *, raw: bool, key_separator: bytes | None) -> list[bytes]:
-    """Each record's rendering, one ``Record`` at a time (the README's file-system formats, spelled out)."""
+    """Each record's rendering, one ``Record`` at a time (the formats, spelled out)."""
     if batch.is_control:
         return []
     out = []
