@@ -42,7 +42,7 @@ from .log_config import BrokerConfig, LogConfig
 from .log_manager import LogManager, PartitionDescription, TopicDescription
 from .partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
 from .properties import load_properties, parse_properties
-from .record import CompressionType, Header, ProducerRecord, Record, TimestampType
+from .record import CompressionType, Header, Record, TimestampType
 from .record_batch import DefaultRecordBatch, LegacyRecordBatch, RecordBatch, iter_batches
 from .record_columns import RecordColumns
 from .render import RenderedBatch, render_batch, rendered_size
@@ -77,7 +77,6 @@ __all__ = [
     "LogManager",
     "OffsetOutOfRangeError",
     "PartitionDescription",
-    "ProducerRecord",
     "ReadOnlyLogError",
     "Record",
     "RecordBatch",

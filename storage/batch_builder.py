@@ -25,6 +25,8 @@ from .record_batch import (
     CRC_OFFSET,
     LOG_OVERHEAD,
     MAGIC_V2,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_ID,
     RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
@@ -50,8 +52,8 @@ def build_record_batch(
     base_offset: int = 0,
     codec: CompressionType = CompressionType.NONE,
     timestamp_type: TimestampType = TimestampType.CREATE_TIME,
-    partition_leader_epoch: int = -1,
-    producer_id: int = -1,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
     producer_epoch: int = -1,
     base_sequence: int = -1,
     is_transactional: bool = False,
@@ -240,12 +242,3 @@ def _append_bytes_field(fields: list[bytes], data: bytes | None) -> None:
     else:
         fields.append(encode_varint(len(data)))
         fields.append(data)
-
-
-def with_base_offset(batch: bytes | bytearray, base_offset: int) -> bytes:
-    """A copy of ``batch`` with its base offset replaced.
-
-    Bytes 0-7 are outside the CRC, so a client-built batch gets its offsets without
-    re-encoding or re-checksumming (what a broker does on append).
-    """
-    return struct.pack(">q", base_offset) + bytes(batch[8:])

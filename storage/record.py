@@ -64,12 +64,3 @@ class Record(NamedTuple):
     value: bytes | None
     headers: tuple[Header, ...] = ()
     timestamp_type: TimestampType = TimestampType.CREATE_TIME
-
-
-class ProducerRecord(NamedTuple):
-    """One record to append: the log assigns its offset."""
-
-    value: bytes | None
-    key: bytes | None = None
-    timestamp: int | None = None  # None: the log's clock at append
-    headers: tuple[Header, ...] = ()

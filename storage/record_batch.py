@@ -35,7 +35,6 @@ HEADER_SIZE_UP_TO_MAGIC = 17
 RECORD_BATCH_OVERHEAD = 61
 """Size of the v2 batch header."""
 MAGIC_V0, MAGIC_V1, MAGIC_V2 = 0, 1, 2
-CURRENT_MAGIC = MAGIC_V2
 NO_PRODUCER_ID = -1
 NO_PARTITION_LEADER_EPOCH = -1
 
@@ -455,7 +454,7 @@ def validate_client_batch(batch: RecordBatch, max_message_bytes: int) -> Default
         raise InvalidRecordError("clients may not write control batches", position)
     if batch.is_transactional:
         raise InvalidRecordError("transactional batches are not supported by this log", position)
-    if batch.producer_id >= 0 and batch.base_sequence < 0:
+    if batch.producer_id > NO_PRODUCER_ID and batch.base_sequence < 0:
         raise InvalidRecordError(
             f"producer id {batch.producer_id} without a base sequence", position
         )

@@ -24,11 +24,6 @@ def zigzag_encode(n: int) -> int:
     return (n << 1) ^ (n >> 63)
 
 
-def zigzag_decode(u: int) -> int:
-    """Inverse of ``zigzag_encode``."""
-    return (u >> 1) ^ -(u & 1)
-
-
 def encode_varint(n: int) -> bytes:
     """Encode ``n`` (signed, up to 64 bits) as a ZigZag LEB128 varint/varlong."""
     if 0 <= n < SMALL_VARINT_LIMIT:

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from storage.batch_builder import build_record_batch, with_base_offset
+from storage.batch_builder import build_record_batch
 from storage.errors import CorruptRecordError
 from storage.record import CompressionType, TimestampType
-from storage.record_batch import DefaultRecordBatch, iter_batches, read_batch
+from storage.record_batch import DefaultRecordBatch, iter_batches, patch_base_offset, read_batch
 
 # KAFKA-FORMAT.md: 3 records at base offset 100, leader epoch 0.
 EXAMPLE = bytes.fromhex(
@@ -25,6 +25,13 @@ EXAMPLE = bytes.fromhex(
     " 10 00 04 04 04 6b32 01 00".replace(" ", "")
 )
 TS = 1700000000000
+
+
+def with_base_offset(batch: bytes | bytearray, base_offset: int) -> bytes:
+    """A copy of ``batch`` with the broker's base-offset patch applied."""
+    raw = bytearray(batch)
+    patch_base_offset(raw, base_offset)
+    return bytes(raw)
 
 
 def test_example_batch_decodes() -> None:
