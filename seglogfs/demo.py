@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import storage
+
 MOUNT_TIMEOUT_S = 30.0
 
 
@@ -49,6 +51,7 @@ def _mount_command(log_dir: Path, mountpoint: Path) -> list[str]:
 
 
 def run(log_dir: Path, workdir: Path) -> None:
+    print(f"# storage engine: {storage.build_info}", flush=True)
     mnt = workdir / "mnt"
     mnt.mkdir()
     command = _mount_command(log_dir, mnt)
