@@ -18,13 +18,12 @@ count is appended twice.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from storage import LogDirLockedError, LogManager, TopicExistsError
+from storage import LogDirLockedError, LogManager, StorageError
 
 SOURCE_TOPIC = "lines"
 SINK_TOPIC = "word-counts"
@@ -35,26 +34,35 @@ def ensure_topics(log_dir: Path, partitions: int = 1) -> None:
     owns the directory.
 
     Raises:
-        StorageError / ControlError: the directory cannot be written.
+        LogDirLockedError: another process writes the directory and no daemon answers.
+        StorageError: the directory cannot be written.
+        ControlError: the daemon refused.
     """
-    from seglogfs.control import daemon_socket, request
+    from seglogfs.control import ControlError, daemon_socket, request
 
     specs: list[tuple[str, dict[str, str]]] = [(SOURCE_TOPIC, {}), (SINK_TOPIC, {})]
     if daemon_socket(log_dir) is None:
-        with contextlib.suppress(LogDirLockedError):
+        try:
             with LogManager.open(log_dir) as manager:
                 for name, config in specs:
                     if name not in manager.topics():
                         manager.create_topic(name, partitions, config)
             return
+        except LogDirLockedError:
+            if daemon_socket(log_dir) is None:  # not a daemon that just started
+                raise
     existing = request(log_dir, "list_topics")
     for name, config in specs:
-        if not isinstance(existing, list) or name not in existing:
-            with contextlib.suppress(TopicExistsError):
-                request(
-                    log_dir, "create_topic", name=name, partitions=partitions, config=config,
-                    format="lines", key_separator=None,
-                )  # fmt: skip
+        if isinstance(existing, list) and name in existing:
+            continue
+        try:
+            request(
+                log_dir, "create_topic", name=name, partitions=partitions, config=config,
+                format="lines", key_separator=None,
+            )  # fmt: skip
+        except ControlError as exc:
+            if exc.kind != "TopicExistsError":  # created meanwhile: fine
+                raise
 
 
 def word_counts(spark: Any, log_dir: str, *, max_offsets_per_trigger: int | None = None) -> Any:
@@ -140,7 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.errors import PySparkException
     from pyspark.sql import SparkSession
 
-    ensure_topics(args.log_dir)
+    from seglogfs.control import ControlError
+
+    try:
+        ensure_topics(args.log_dir)
+    except (StorageError, ControlError) as exc:
+        print(f"word count: cannot create the topics in {args.log_dir}: {exc}", file=sys.stderr)
+        return 1
     spark = (
         SparkSession.builder.master(args.master)
         .appName("seglog word count")

@@ -18,6 +18,7 @@ from pyspark.sql.types import StructType
 
 from seglogfs.control import serve
 from seglogfs.positions import position_index_spec
+from seglogfs.spark import wordcount
 from seglogfs.spark import writer as sink
 from seglogfs.spark.errors import SinkError
 from seglogfs.spark.writer import SPARK_DIR, SeglogStreamWriter, SinkState
@@ -167,6 +168,19 @@ def test_sink_writes_through_the_daemon_that_owns_the_directory(spark: Any, tmp_
     assert written == sorted(
         (partition_for_key(b"k%d" % i, 2), b"k%d" % i, b"v%d" % i) for i in range(20)
     )
+
+
+def test_pipeline_topics_are_created_through_the_daemon(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    _create(log_dir, (wordcount.SOURCE_TOPIC, 3))
+    with _daemon(log_dir) as daemon_manager:
+        wordcount.ensure_topics(log_dir, partitions=2)
+        assert daemon_manager.topics() == [wordcount.SOURCE_TOPIC, wordcount.SINK_TOPIC]
+        assert daemon_manager.topic(wordcount.SOURCE_TOPIC).partitions == 3  # kept
+        assert daemon_manager.topic(wordcount.SINK_TOPIC).partitions == 2
+    wordcount.ensure_topics(log_dir)  # and without a daemon: nothing to do
+    with LogManager.open(log_dir, read_only=True) as manager:
+        assert manager.topics() == [wordcount.SOURCE_TOPIC, wordcount.SINK_TOPIC]
 
 
 def test_streaming_sink_does_not_append_a_replayed_batch_twice(spark: Any, tmp_path: Path) -> None:
