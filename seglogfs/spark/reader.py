@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -77,28 +78,81 @@ class OffsetRange(InputPartition):
         return self.end - self.start
 
 
-_managers: dict[str, LogManager] = {}
+TOPICS_FILE = "seglog-topics.json"
+"""The log directory's topic metadata (README, "Layout"): rewritten on every topic
+create, alter and delete."""
+
+
+class ReadOnlyLogDir:
+    """A read-only ``LogManager`` kept open across calls and brought up to date at each.
+
+    ``LogManager.refresh`` picks up new data, segments and partitions, but keeps the
+    logs it already has: after a topic is deleted and created again it would go on
+    serving the deleted records from their still-open files. So the manager is opened
+    afresh whenever the topic metadata file has changed (another inode or mtime), and
+    merely refreshed otherwise.
+
+    Not thread-safe: one per thread, or guarded by the caller.
+    """
+
+    def __init__(self, log_dir: str) -> None:
+        self.log_dir = log_dir
+        self._manager: LogManager | None = None
+        self._stamp: tuple[int, int] | None = None
+
+    def _topics_stamp(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(os.path.join(self.log_dir, TOPICS_FILE))
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns)
+
+    def get(self) -> LogManager:
+        """The manager, current as of this call.
+
+        Cost: one ``stat``, then a ``refresh`` (O(partitions)), or a full read-only
+        open when topics changed.
+
+        Raises:
+            OptionError: the path is not a log directory.
+        """
+        # The stamp is taken before opening: a change racing with the open is seen
+        # (as a different stamp) by the next call, never missed.
+        stamp = self._topics_stamp()
+        if self._manager is not None and stamp == self._stamp:
+            self._manager.refresh()
+            return self._manager
+        self.close()
+        self._manager = open_read_only(self.log_dir)
+        self._stamp = stamp
+        return self._manager
+
+    def close(self) -> None:
+        if self._manager is not None:
+            self._manager.close()
+            self._manager = None
+
+
+_managers: dict[str, ReadOnlyLogDir] = {}
 _managers_lock = threading.Lock()
 
 
 def shared_manager(log_dir: str) -> LogManager:
-    """A read-only ``LogManager`` of ``log_dir``, opened once per process and refreshed
-    at every call so that it sees what the writer appended since.
+    """A read-only ``LogManager`` of ``log_dir`` for this process, current as of this
+    call (``ReadOnlyLogDir``).
 
     Spark reuses its Python workers across tasks, so the cost of opening every
-    partition is paid once per worker, and each task then pays one ``refresh``.
+    partition is paid once per worker (and again after a topic change), and each task
+    then pays one ``refresh``.
 
     Raises:
-        StorageError: the directory does not exist or its metadata is unreadable.
+        OptionError: the directory does not exist or its metadata is unreadable.
     """
     with _managers_lock:
-        manager = _managers.get(log_dir)
-        if manager is None:
-            manager = LogManager.open(log_dir, read_only=True)
-            _managers[log_dir] = manager
-        else:
-            manager.refresh()
-        return manager
+        view = _managers.get(log_dir)
+        if view is None:
+            view = _managers[log_dir] = ReadOnlyLogDir(log_dir)
+        return view.get()
 
 
 def engine_columns(

@@ -48,7 +48,7 @@ from .options import (
     resolve_starting_offsets,
     to_json_offsets,
 )
-from .reader import OffsetRange, open_read_only, read_offset_range
+from .reader import OffsetRange, ReadOnlyLogDir, read_offset_range
 
 
 def rate_limit(limit: int, start: PartitionOffsets, until: PartitionOffsets) -> PartitionOffsets:
@@ -79,22 +79,22 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
+        self._view: ReadOnlyLogDir | None = None
         self._manager: LogManager | None = None
         self._target: PartitionOffsets | None = None  # availableNow's end
 
     def __getstate__(self) -> dict[str, Any]:
         # Tasks get the options only: the manager stays with the planner process.
         state = dict(self.__dict__)
+        state["_view"] = None
         state["_manager"] = None
         return state
 
     def _log_ends(self) -> PartitionOffsets:
         """The log end of every subscribed partition now (refreshing the manager)."""
-        if self._manager is None:
-            self._manager = open_read_only(self.opts.log_dir)
-        else:
-            self._manager.refresh()
-        manager = self._manager
+        if self._view is None:
+            self._view = ReadOnlyLogDir(self.opts.log_dir)
+        manager = self._manager = self._view.get()
         tps = self.opts.subscription.topic_partitions(partition_counts(manager))
         return {tp: manager.log(*tp).log_end_offset for tp in tps}
 
@@ -171,6 +171,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: the offsets live in Spark's checkpoint, not in the log."""
 
     def stop(self) -> None:
-        if self._manager is not None:
-            self._manager.close()
-            self._manager = None
+        if self._view is not None:
+            self._view.close()
+        self._view = None
+        self._manager = None

@@ -70,3 +70,21 @@ def test_arrow_batches_gather_small_engine_batches(log_dir: Path, clock: ManualC
     assert keys[150 - 7] == b"k"
     assert keys.count(None) == 292
     assert batch.column("headers").null_count == 293
+
+
+def test_a_topic_deleted_and_created_again_is_read_afresh(log_dir: Path) -> None:
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic("t", 1)
+        manager.log("t", 0).append([b"old 1", b"old 2"])
+
+    def values(start: int, end: int) -> list[bytes]:
+        r = OffsetRange("t", 0, start, end)
+        batches = read_offset_range(str(log_dir), r, include_headers=False, fail_on_data_loss=True)
+        return [v for b in batches for v in b.column("value").to_pylist()]
+
+    assert values(0, 2) == [b"old 1", b"old 2"]  # this process now caches a manager
+    with LogManager.open(log_dir) as manager:
+        manager.delete_topic("t")
+        manager.create_topic("t", 1)
+        manager.log("t", 0).append([b"new"])
+    assert values(0, 1) == [b"new"]
