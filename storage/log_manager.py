@@ -114,6 +114,8 @@ class LogManager:
         self._dir_lock = LogDirLock(log_dir)
         self._topics: dict[str, TopicMetadata] = {}
         self._logs: dict[TopicPartition, Log] = {}
+        # The (device, inode) of each partition directory a read-only log was opened on.
+        self._dir_ids: dict[TopicPartition, tuple[int, int] | None] = {}
         self._closed = False
 
     @classmethod
@@ -184,6 +186,7 @@ class LogManager:
                     writable=not self.read_only,
                     extension=self._extension_for(metadata),
                 )
+                self._dir_ids[tp] = _directory_identity(directory)
         if not self.read_only:
             self._remove_deleted_topic_dirs()
             self.checkpoint()
@@ -507,23 +510,44 @@ class LogManager:
             write_offset_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT, offsets)
 
     def refresh(self) -> None:
-        """Read-only managers: follow the writer (new topics, partitions, data)."""
+        """Read-only managers: follow the writer (new, deleted and re-created topics,
+        new partitions, new data).
+
+        A partition directory that is gone, or is another directory than the one its
+        log was opened on (the topic was deleted and created again), closes that log;
+        a new one is opened on what is there now.
+        """
         with self._lock:
-            self._topics = {**self._topics, **read_topics_file(self.log_dir / SEGLOG_TOPICS_FILE)}
-            for topic, partitions in self._partition_dirs().items():
-                if topic not in self._topics:
-                    self._topics[topic] = TopicMetadata(topic, max(partitions) + 1)
+            topics = read_topics_file(self.log_dir / SEGLOG_TOPICS_FILE)
+            found = self._partition_dirs()
+            for topic, partitions in found.items():
+                if topic not in topics:
+                    # A topic Kafka (or an older copy) made: defaults, count from the dirs.
+                    topics[topic] = TopicMetadata(topic, max(partitions) + 1)
+            for tp, log in list(self._logs.items()):
+                directory = self.log_dir / topic_partition_dir_name(*tp)
+                identity = _directory_identity(directory)
+                if identity is None or identity != self._dir_ids.get(tp):
+                    log.close()
+                    del self._logs[tp]
+                    self._dir_ids.pop(tp, None)
+            self._topics = topics
+            for topic, partitions in found.items():
                 for partition in partitions:
                     tp = (topic, partition)
-                    if tp not in self._logs:
-                        with contextlib.suppress(StorageError, FileNotFoundError):
-                            self._logs[tp] = Log.open(
-                                self.log_dir / topic_partition_dir_name(*tp),
-                                self.topic_config(topic),
-                                clock=self.clock,
-                                writable=False,
-                                extension=self._extension_for(self._topics[topic]),
-                            )
+                    if tp in self._logs:
+                        continue
+                    directory = self.log_dir / topic_partition_dir_name(*tp)
+                    with contextlib.suppress(StorageError, FileNotFoundError):
+                        identity = _directory_identity(directory)
+                        self._logs[tp] = Log.open(
+                            directory,
+                            self.topic_config(topic),
+                            clock=self.clock,
+                            writable=False,
+                            extension=self._extension_for(topics[topic]),
+                        )
+                        self._dir_ids[tp] = identity
             for log in self._logs.values():
                 log.refresh()
 
@@ -568,3 +592,12 @@ class LogManager:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _directory_identity(directory: Path) -> tuple[int, int] | None:
+    """(device, inode) of a directory, None when it does not exist."""
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino

@@ -259,3 +259,23 @@ def test_rendering_changes_only_before_the_first_record(log_dir: Path, clock: Ma
     with LogManager.open(log_dir, clock=clock, extension=spec_for) as manager:
         assert manager.topic("t").format == "raw"  # the metadata file was written
         assert manager.log("t", 0).extension_end == 3
+
+
+def test_reader_follows_a_topic_deleted_and_created_again(
+    log_dir: Path, clock: ManualClock
+) -> None:
+    with LogManager.open(log_dir, clock=clock) as writer:
+        writer.create_topic("t", 1)
+        writer.create_topic("gone", 1)
+        writer.log("t", 0).append([b"old"])
+        with LogManager.open(log_dir, read_only=True) as reader:
+            assert [r.value for r in reader.log("t", 0).records(0)] == [b"old"]
+            writer.delete_topic("t")
+            writer.delete_topic("gone")
+            writer.create_topic("t", 1)
+            writer.log("t", 0).append([b"new"])
+            reader.refresh()
+            assert [r.value for r in reader.log("t", 0).records(0)] == [b"new"]
+            assert reader.topics() == ["t"]
+            with pytest.raises(UnknownTopicError):
+                reader.log("gone", 0)
