@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,9 @@ from typing import NamedTuple
 from .errors import CorruptRecordError, SegmentDeletedError
 from .record_batch import (
     HEADER_SIZE_UP_TO_MAGIC,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
     RecordBatch,
     batch_size_at,
     iter_batches,
@@ -35,6 +39,8 @@ from .record_batch import (
 
 FIRST_READ_BYTES = 16 << 10
 """A batch scan's first ``pread``: a lookup scans about ``index.interval.bytes``."""
+_V2_LAST_OFFSET_HEADER = struct.Struct(">qiibIhi")
+"""A v2 header up to lastOffsetDelta: base offset, length, epoch, magic, CRC, attributes."""
 READ_CHUNK_BYTES = 1 << 20
 """The largest ``pread`` of a scan: sequential reads double up to it to amortise calls."""
 
@@ -142,7 +148,9 @@ class FileRecords:
         finally:
             os.close(fd)
 
-    def batches(self, start: int = 0, end: int | None = None) -> Iterator[RecordBatch]:
+    def batches(
+        self, start: int = 0, end: int | None = None, first_read: int = FIRST_READ_BYTES
+    ) -> Iterator[RecordBatch]:
         """Every complete batch lying within ``[start, end)``, in file order.
 
         Stops silently at a partial batch at the tail (a writer mid-append, or a torn
@@ -160,13 +168,13 @@ class FileRecords:
             return
         fd = self._reader_fd()
         try:
-            yield from self._scan(fd, start, limit)
+            yield from self._scan(fd, start, limit, first_read)
         finally:
             os.close(fd)
 
-    def _scan(self, fd: int, start: int, limit: int) -> Iterator[RecordBatch]:
+    def _scan(self, fd: int, start: int, limit: int, first_read: int) -> Iterator[RecordBatch]:
         position = start
-        chunk_size = FIRST_READ_BYTES
+        chunk_size = max(first_read, HEADER_SIZE_UP_TO_MAGIC)
         while limit - position >= HEADER_SIZE_UP_TO_MAGIC:
             chunk = os.pread(fd, min(chunk_size, limit - position), position)
             chunk_size = min(chunk_size * 2, READ_CHUNK_BYTES)
@@ -188,6 +196,41 @@ class FileRecords:
             if consumed == 0:
                 return  # a partial tail, or the file shrank under us
             position += consumed
+
+    def seek_batch(
+        self, target_offset: int, start: int, first_last_offset: int
+    ) -> tuple[int, int] | None:
+        """Where the first batch from ``start`` on with last offset >= ``target_offset``
+        begins, and its size (0 when the walk stopped before it), found by reading v2
+        batch headers only (no batch body is read).
+
+        ``first_last_offset`` is what the batch at ``start`` must end with (an index
+        entry's offset): None when it does not, or when the walk cannot begin (a legacy
+        entry, a partial or impossible header): the caller then reads batches instead.
+
+        Cost: one 27-byte ``pread`` per batch skipped; a lookup skips about one.
+        """
+        header = _V2_LAST_OFFSET_HEADER
+        fd = self._reader_fd()
+        try:
+            position, limit = start, self.size
+            while limit - position >= header.size:
+                data = os.pread(fd, header.size, position)
+                if len(data) < header.size:
+                    break
+                base, length, _epoch, magic, _crc, _attributes, delta = header.unpack(data)
+                size = length + LOG_OVERHEAD
+                if magic != MAGIC_V2 or size < RECORD_BATCH_OVERHEAD or position + size > limit:
+                    break
+                last = base + delta
+                if position == start and last != first_last_offset:
+                    return None
+                if last >= target_offset:
+                    return position, size
+                position += size
+            return None if position == start else (position, 0)
+        finally:
+            os.close(fd)
 
     def search_for_offset(self, target_offset: int, start: int = 0) -> OffsetPosition | None:
         """The first batch at or after ``start`` whose last offset is >= ``target_offset``.

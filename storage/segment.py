@@ -41,7 +41,7 @@ from .file_names import (
     offset_index_file,
     time_index_file,
 )
-from .file_records import FileRecords, OffsetPosition, TimestampAndOffset
+from .file_records import FIRST_READ_BYTES, FileRecords, OffsetPosition, TimestampAndOffset
 from .log_config import LogConfig
 from .offset_index import OffsetIndex
 from .record_batch import RecordBatch
@@ -410,6 +410,14 @@ class LogSegment:
         if starting_position < position < self.size:
             # Indexes carry no checksum: the entry must name the batch found at its
             # position (same last offset), else it is ignored and the segment scanned.
+            # v2 headers tell both that and where the wanted batch starts, so the
+            # batches in between (usually the entry's own) are skipped unread.
+            found = self.log.seek_batch(offset, position, indexed_offset)
+            if found is not None:
+                # The first read takes the wanted batch whole when its size is known.
+                start, size = found
+                first_read = max(size, FIRST_READ_BYTES)
+                return _from_offset(offset, self.log.batches(start, first_read=first_read))
             try:
                 batches = self.log.batches(position)
                 first = next(batches, None)
