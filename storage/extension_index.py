@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from .errors import CorruptIndexError, InvalidOffsetError
 from .index import AbstractIndex
 from .record_batch import RecordBatch
 
@@ -175,10 +175,7 @@ class ExtensionIndex(AbstractIndex):
 
         Runtime complexity: O(1).
         """
-        self._require_writable()
-        n = self._entries
-        if n >= self._max_entries:
-            raise IndexFullError(self._path, n)
+        n = self._free_slot()
         last_offset, last_units = self._last_entry
         if n == 0 and offset != self._base_offset:
             raise InvalidOffsetError(
@@ -190,15 +187,11 @@ class ExtensionIndex(AbstractIndex):
                 f"entry ({offset}, {units}) does not follow ({last_offset}, {last_units}) "
                 f"in {self._path}"
             )
-        if not self.can_append_offset(offset):
-            raise InvalidOffsetError(
-                f"offset {offset} does not fit a relative offset to base offset "
-                f"{self._base_offset} in {self._path}"
-            )
+        relative = self._require_relative_offset(offset)
         buf = self._writable_map()
         # Units first, relative offset last: see the class doc.
         _INT64.pack_into(buf, n * 12, units)
-        _INT32.pack_into(buf, n * 12 + 8, offset - self._base_offset)
+        _INT32.pack_into(buf, n * 12 + 8, relative)
         self._entries = n + 1
         self._last_entry = (offset, units)
 

@@ -20,7 +20,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, Self
 
-from .errors import ConfigError, CorruptIndexError, IndexFullError, ReadOnlyLogError
+from .errors import (
+    ConfigError,
+    CorruptIndexError,
+    IndexFullError,
+    InvalidOffsetError,
+    ReadOnlyLogError,
+)
 
 __all__ = ["DEFAULT_MAX_INDEX_SIZE", "INT32_MAX", "AbstractIndex"]
 
@@ -335,6 +341,33 @@ class AbstractIndex(abc.ABC):
     def can_append_offset(self, offset: int) -> bool:
         """True iff ``offset`` fits a relative offset: ``0 <= offset - base <= 2**31 - 1``."""
         return 0 <= offset - self._base_offset <= INT32_MAX
+
+    def _require_relative_offset(self, offset: int) -> int:
+        """``offset - base_offset``, checked to fit the int32 every entry stores.
+
+        Raises:
+            InvalidOffsetError: it does not fit.
+        """
+        if not self.can_append_offset(offset):
+            raise InvalidOffsetError(
+                f"offset {offset} does not fit a relative offset to base offset "
+                f"{self._base_offset} in {self._path}"
+            )
+        return offset - self._base_offset
+
+    def _free_slot(self) -> int:
+        """The slot an append writes: the entry count, checked to be below the capacity.
+
+        Raises:
+            ReadOnlyLogError: the index is read-only.
+            ValueError: the index is closed.
+            IndexFullError: every slot is used.
+        """
+        self._require_writable()
+        n = self._entries
+        if n >= self._max_entries:
+            raise IndexFullError(self._path, n)
+        return n
 
     # -- file life cycle -------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import itertools
 import struct
 from typing import ClassVar
 
-from .errors import IndexFullError, InvalidOffsetError
+from .errors import InvalidOffsetError
 from .index import AbstractIndex
 
 __all__ = ["OffsetIndex"]
@@ -101,21 +101,13 @@ class OffsetIndex(AbstractIndex):
 
         Runtime complexity: O(1).
         """
-        self._require_writable()
-        n = self._entries
-        if n >= self._max_entries:
-            raise IndexFullError(self._path, n)
+        n = self._free_slot()
         if n and offset <= self._last_offset:
             raise InvalidOffsetError(
                 f"attempt to append offset {offset} to slot {n} of {self._path}, "
                 f"no larger than the last offset appended ({self._last_offset})"
             )
-        relative = offset - self._base_offset
-        if not self.can_append_offset(offset):
-            raise InvalidOffsetError(
-                f"offset {offset} does not fit a relative offset to base offset "
-                f"{self._base_offset} in {self._path}"
-            )
+        relative = self._require_relative_offset(offset)
         buf = self._writable_map()
         # Relative offset first: a torn entry then reads as (offset, 0), still a safe
         # lower bound; the reverse would read as (base_offset, position) and skip data.

@@ -28,7 +28,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain, dropwhile
 from pathlib import Path
 from typing import NamedTuple, Protocol
@@ -377,18 +377,20 @@ class LogSegment:
     def extension_floor_by_units(self, units: int) -> tuple[int, int]:
         """(batch start offset, units before it) of the last entry at or below ``units``;
         the segment start when there is none. Cost: O(log n)."""
-        try:
-            found = None if self.extension is None else self.extension.floor_by_units(units)
-        except ValueError:
-            raise SegmentDeletedError(self.path) from None
-        return found if found is not None else (self.base_offset, self.extension_start)
+        return self._extension_floor(ExtensionIndex.floor_by_units, units)
 
     def extension_floor_by_offset(self, offset: int) -> tuple[int, int]:
         """(batch start offset, units before it) of the last entry at or below ``offset``;
         the segment start when there is none. Cost: O(log n)."""
+        return self._extension_floor(ExtensionIndex.floor_by_offset, offset)
+
+    def _extension_floor(
+        self, lookup: Callable[[ExtensionIndex, int], tuple[int, int] | None], key: int
+    ) -> tuple[int, int]:
         try:
-            found = None if self.extension is None else self.extension.floor_by_offset(offset)
+            found = None if self.extension is None else lookup(self.extension, key)
         except ValueError:
+            # The index was closed: the segment was deleted (or the log closed).
             raise SegmentDeletedError(self.path) from None
         return found if found is not None else (self.base_offset, self.extension_start)
 

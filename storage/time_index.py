@@ -146,17 +146,13 @@ class TimeIndex(AbstractIndex):
         # timestamp is NO_TIMESTAMP and the index stays empty.
         if timestamp <= last_timestamp:
             return
-        if not self.can_append_offset(offset):
-            raise InvalidOffsetError(
-                f"offset {offset} does not fit a relative offset to base offset "
-                f"{self._base_offset} in {self._path}"
-            )
+        relative = self._require_relative_offset(offset)
         if n >= self._max_entries:
             raise IndexFullError(self._path, n)
         buf = self._writable_map()
         # Timestamp first, relative offset last: see the class doc.
         _INT64.pack_into(buf, n * 12, timestamp)
-        _INT32.pack_into(buf, n * 12 + 8, offset - self._base_offset)
+        _INT32.pack_into(buf, n * 12 + 8, relative)
         self._entries = n + 1
         self._last_entry = (timestamp, offset)
 

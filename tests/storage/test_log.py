@@ -176,17 +176,22 @@ def test_roll_on_relative_offset_overflow(log_dir: Path, clock: ManualClock) -> 
     log.close()
 
 
+def expired_log(log_dir: Path, clock: ManualClock) -> tuple[Log, int]:
+    """A log of 50 records in several segments, all past ``retention.ms`` (10 s)."""
+    log = open_log(log_dir, clock, segment_bytes=500, retention_ms=10_000, file_delete_delay_ms=0)
+    for i in range(10):
+        log.append(values(5, 5 * i))
+    clock.advance(10_001)
+    return log, log.number_of_segments
+
+
 def test_retention_by_time_deletes_expired_active_segment_after_rolling(
     log_dir: Path, clock: ManualClock
 ) -> None:
     # Kafka rolls a non-empty active segment when every segment is expired, then
     # deletes them all: a quiet partition must not serve expired records forever.
-    log = open_log(log_dir, clock, segment_bytes=500, retention_ms=10_000, file_delete_delay_ms=0)
-    for i in range(10):
-        log.append(values(5, 5 * i))
-    count = log.number_of_segments
+    log, count = expired_log(log_dir, clock)
     assert count > 2
-    clock.advance(10_001)
     assert log.delete_old_segments() == count
     assert log.number_of_segments == 1
     assert log.active_segment.size == 0
@@ -203,11 +208,7 @@ def test_retention_by_time_deletes_expired_active_segment_after_rolling(
 def test_retention_by_time_keeps_an_active_segment_that_is_not_expired(
     log_dir: Path, clock: ManualClock
 ) -> None:
-    log = open_log(log_dir, clock, segment_bytes=500, retention_ms=10_000, file_delete_delay_ms=0)
-    for i in range(10):
-        log.append(values(5, 5 * i))
-    count = log.number_of_segments
-    clock.advance(10_001)
+    log, count = expired_log(log_dir, clock)
     log.append(values(5, 50))  # the active segment now holds a fresh record
     assert log.delete_old_segments() == count - 1
     assert log.number_of_segments == 1
