@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import platform
 import socket
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from seglogfs import sd_notify
 from seglogfs.errno_map import errno_for
+from seglogfs.mount import MALLOC_TUNING_ENV, tune_malloc
 from seglogfs.positions import position_index_spec
 from seglogfs.produce import LineBuffer, append_lines, batch_estimate, line_chunks, split_lines
 from seglogfs.views import ViewName, parse_view_name
@@ -89,6 +91,23 @@ def test_watchdog_interval_is_half_of_watchdog_usec() -> None:
     assert sd_notify.watchdog_interval({**env, "WATCHDOG_PID": "1"}) is None
     assert sd_notify.watchdog_interval({"WATCHDOG_USEC": "4000000"}) is None
     assert sd_notify.watchdog_interval({**env, "WATCHDOG_USEC": "0"}) is None
+
+
+@pytest.mark.parametrize(
+    "variable", [MALLOC_TUNING_ENV, "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"]
+)
+def test_malloc_tuning_can_be_turned_off(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    # SEGLOG_MALLOC_TUNING=0 turns it off; glibc settings of the user's own win.
+    monkeypatch.setenv(variable, "0" if variable == MALLOC_TUNING_ENV else "1048576")
+    assert tune_malloc() is False
+
+
+def test_malloc_tuning_applies_on_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (MALLOC_TUNING_ENV, "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    # mallopt refuses values out of its range (returns 0): the thresholds must be valid.
+    assert tune_malloc() is (platform.libc_ver()[0] == "glibc")
 
 
 def test_view_names() -> None:
