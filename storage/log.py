@@ -63,6 +63,9 @@ from .segment import AppendedBatch, LogSegment
 
 logger = logging.getLogger(__name__)
 
+FIRST_RUN_RECORDS = 8
+"""``records()`` decodes this many offsets of its first batch before the rest."""
+
 SegmentPredicate = Callable[[LogSegment, "LogSegment | None"], bool]
 """A retention rule: is this segment (followed by that one, None for the active
 segment) deletable? Kafka's ``shouldDelete``."""
@@ -605,29 +608,48 @@ class Log:
         """The records with ``start_offset <= offset < end_offset``, a batch of columns
         at a time: the bulk read path (rendering, Arrow), with no object per record.
 
+        Records of the first and last batch outside the range are skipped, not
+        decoded (``RecordBatch.columns``); the CRC covers them all.
+
         Raises:
             OffsetOutOfRangeError, SegmentDeletedError, CorruptRecordError: as ``batches``.
         """
-        for batch in self.batches(start_offset):
-            if end_offset is not None and batch.base_offset >= end_offset:
-                return
-            columns = batch.columns()
-            if batch.base_offset < start_offset or (
-                end_offset is not None and batch.last_offset >= end_offset
-            ):
-                columns = columns.slice(start_offset, end_offset)
-            if len(columns):
-                yield columns
+        return self._column_runs(start_offset, end_offset, 0)
 
     def records(self, start_offset: int, end_offset: int | None = None) -> Iterator[Record]:
         """Records with ``start_offset <= offset < end_offset`` (to the log end by default).
+
+        Decoding is lazy at the start: the first ``FIRST_RUN_RECORDS`` records come
+        from a decode of their own, so ``next(log.records(offset))`` (a lookup) does not
+        decode the rest of the batch it lands in. A malformed record there raises when
+        the iteration reaches it.
 
         Raises:
             OffsetOutOfRangeError, SegmentDeletedError, CorruptRecordError: as ``batches``.
         """
         # chain.from_iterable hands records over at C speed; a ``yield from`` here
         # would add a generator resumption per record to the read path.
-        return chain.from_iterable(self.record_columns(start_offset, end_offset))
+        return chain.from_iterable(self._column_runs(start_offset, end_offset, FIRST_RUN_RECORDS))
+
+    def _column_runs(
+        self, start_offset: int, end_offset: int | None, first_run: int
+    ) -> Iterator[RecordColumns]:
+        # ``first_run`` > 0: the first batch's records from ``start_offset`` come as two
+        # decodes, its first ``first_run`` offsets, then the rest.
+        for batch in self.batches(start_offset):
+            if end_offset is not None and batch.base_offset >= end_offset:
+                return
+            if first_run > 0:
+                split = max(start_offset, batch.base_offset) + first_run
+                first_run = 0
+                if split <= batch.last_offset and (end_offset is None or split < end_offset):
+                    columns = batch.columns(start_offset, split)
+                    if len(columns):
+                        yield columns
+                    start_offset = split
+            columns = batch.columns(start_offset, end_offset)
+            if len(columns):
+                yield columns
 
     def read(self, start_offset: int, max_records: int) -> list[Record]:
         """Up to ``max_records`` records from ``start_offset``."""

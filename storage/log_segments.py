@@ -3,15 +3,20 @@
 Backed by ``sortedcontainers.SortedDict``: finding the segment that holds an offset is
 a bisection over base offsets.
 
-Thread-safety: thread-safe. Every method holds a private lock for its few
-microseconds: the owning ``Log`` mutates the map (roll, retention) while reader threads
-look segments up without taking the log's lock, and a ``SortedDict`` bisection must
-not see a half-done insertion. ``values()`` returns a snapshot list to iterate freely.
+Thread-safety: thread-safe. The owning ``Log`` mutates the map (roll, retention) while
+reader threads look segments up without taking the log's lock. Mutations and
+``values()`` hold a private lock (a ``SortedDict`` must not be read half-changed); each
+mutation then publishes a snapshot, two lists (base offsets, segments) never changed
+after, in one attribute store. The lookups on every read (``floor_segment``,
+``higher_segment``, ``first_segment``, ``last_segment``) bisect that snapshot without
+the lock: whichever snapshot a reader loads is whole. ``values()`` returns a snapshot
+list to iterate freely.
 """
 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 
 from sortedcontainers import SortedDict
@@ -25,20 +30,27 @@ class LogSegments:
     def __init__(self) -> None:
         self._segments: SortedDict = SortedDict()
         self._lock = threading.Lock()
+        self._snapshot: tuple[list[int], list[LogSegment]] = ([], [])
+
+    def _publish(self) -> None:
+        # Under the lock, after each mutation: new lists, never changed once stored.
+        self._snapshot = (list(self._segments.keys()), list(self._segments.values()))
 
     def add(self, segment: LogSegment) -> None:
-        """Insert or replace the segment at its base offset. Cost: O(log n)."""
+        """Insert or replace the segment at its base offset. Cost: O(n) (the snapshot)."""
         with self._lock:
             self._segments[segment.base_offset] = segment
+            self._publish()
 
     def remove(self, base_offset: int) -> LogSegment:
-        """Remove and return the segment at ``base_offset``. Cost: O(log n).
+        """Remove and return the segment at ``base_offset``. Cost: O(n) (the snapshot).
 
         Raises:
             KeyError: no segment has that base offset.
         """
         with self._lock:
             segment: LogSegment = self._segments.pop(base_offset)
+            self._publish()
             return segment
 
     def get(self, base_offset: int) -> LogSegment | None:
@@ -48,41 +60,32 @@ class LogSegments:
 
     def floor_segment(self, offset: int) -> LogSegment | None:
         """The segment with the largest base offset <= ``offset``: the one that would
-        hold it. Cost: O(log n)."""
-        with self._lock:
-            index = self._segments.bisect_right(offset)
-            if index == 0:
-                return None
-            segment: LogSegment = self._segments.peekitem(index - 1)[1]
-            return segment
+        hold it. Cost: O(log n), without the lock."""
+        base_offsets, segments = self._snapshot
+        index = bisect_right(base_offsets, offset)
+        return segments[index - 1] if index else None
 
     def lower_segment(self, offset: int) -> LogSegment | None:
         """The last segment with base offset < ``offset``. Cost: O(log n)."""
-        with self._lock:
-            index = self._segments.bisect_left(offset)
-            if index == 0:
-                return None
-            segment: LogSegment = self._segments.peekitem(index - 1)[1]
-            return segment
+        base_offsets, segments = self._snapshot
+        index = bisect_left(base_offsets, offset)
+        return segments[index - 1] if index else None
 
     def higher_segment(self, offset: int) -> LogSegment | None:
         """The first segment with base offset > ``offset``. Cost: O(log n)."""
-        with self._lock:
-            index = self._segments.bisect_right(offset)
-            if index == len(self._segments):
-                return None
-            segment: LogSegment = self._segments.peekitem(index)[1]
-            return segment
+        base_offsets, segments = self._snapshot
+        index = bisect_right(base_offsets, offset)
+        return segments[index] if index < len(segments) else None
 
     @property
     def first_segment(self) -> LogSegment | None:
-        with self._lock:
-            return self._segments.peekitem(0)[1] if self._segments else None
+        segments = self._snapshot[1]
+        return segments[0] if segments else None
 
     @property
     def last_segment(self) -> LogSegment | None:
-        with self._lock:
-            return self._segments.peekitem(-1)[1] if self._segments else None
+        segments = self._snapshot[1]
+        return segments[-1] if segments else None
 
     def values(self, from_offset: int | None = None) -> list[LogSegment]:
         """A snapshot of the segments, oldest first, from the one holding ``from_offset``.
@@ -117,7 +120,9 @@ class LogSegments:
             return base_offset in self._segments
 
     def _check(self) -> None:
-        """Assert the invariants: keys equal base offsets, segments do not overlap."""
+        """Assert the invariants: keys equal base offsets, segments do not overlap, the
+        snapshot is the map."""
+        assert self._snapshot == (list(self._segments.keys()), list(self._segments.values()))
         previous: LogSegment | None = None
         for base_offset, segment in self._segments.items():
             assert segment.base_offset == base_offset

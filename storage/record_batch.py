@@ -84,7 +84,9 @@ class RecordBatch(Protocol):
     def is_valid(self) -> bool: ...
     def checksum(self) -> int: ...
     def records(self) -> list[Record]: ...
-    def columns(self) -> RecordColumns: ...
+    def columns(
+        self, start_offset: int | None = None, end_offset: int | None = None
+    ) -> RecordColumns: ...
     def to_bytes(self) -> bytes: ...
 
 
@@ -212,8 +214,16 @@ class DefaultRecordBatch:
             return self._buffer
         return self._buffer[self._start : self._start + self.size]
 
-    def columns(self) -> RecordColumns:
-        """Decode every record of the batch (decompressing if needed) into columns.
+    def columns(
+        self, start_offset: int | None = None, end_offset: int | None = None
+    ) -> RecordColumns:
+        """Decode the records with ``start_offset <= offset < end_offset`` (every
+        record by default) into columns, decompressing the batch if needed.
+
+        Records outside the range are not decoded: those before it are skipped by
+        their lengths and offset deltas, decoding stops at the first after it (see
+        ``decode_record_columns``). Cost: a few ns a skipped record, about 0.04 µs a
+        decoded one.
 
         Raises:
             CorruptRecordError: the records do not parse, their count disagrees with
@@ -236,7 +246,7 @@ class DefaultRecordBatch:
         try:
             return decode_record_columns(
                 data, pos, end, self.records_count, self.base_offset, self.base_timestamp,
-                ts_type, append_time,
+                ts_type, append_time, start_offset, end_offset,
             )  # fmt: skip
         except (IndexError, UnicodeDecodeError) as exc:
             raise CorruptRecordError(
@@ -346,9 +356,15 @@ class LegacyRecordBatch:
                 raise CorruptRecordError(exc.reason, position=self.position) from None
         return self._records
 
-    def columns(self) -> RecordColumns:
-        """The records as columns. Raises as ``records()``."""
-        return columns_from_records(self.records())
+    def columns(
+        self, start_offset: int | None = None, end_offset: int | None = None
+    ) -> RecordColumns:
+        """The records with ``start_offset <= offset < end_offset`` (all by default) as
+        columns. Raises as ``records()``."""
+        columns = columns_from_records(self.records())
+        if start_offset is None and end_offset is None:
+            return columns
+        return columns.slice(-1 if start_offset is None else start_offset, end_offset)
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())

@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from itertools import chain, dropwhile
+from itertools import dropwhile
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -41,7 +41,7 @@ from .file_names import (
     offset_index_file,
     time_index_file,
 )
-from .file_records import FIRST_READ_BYTES, FileRecords, OffsetPosition, TimestampAndOffset
+from .file_records import FileRecords, OffsetPosition, TimestampAndOffset
 from .log_config import LogConfig
 from .offset_index import OffsetIndex
 from .record_batch import RecordBatch
@@ -410,26 +410,7 @@ class LogSegment:
         """
         indexed_offset, position = self._offset_lookup(offset)
         if starting_position < position < self.size:
-            # Indexes carry no checksum: the entry must name the batch found at its
-            # position (same last offset), else it is ignored and the segment scanned.
-            # v2 headers tell both that and where the wanted batch starts, so the
-            # batches in between (usually the entry's own) are skipped unread.
-            found = self.log.seek_batch(offset, position, indexed_offset)
-            if found is not None:
-                # The first read takes the wanted batch whole when its size is known.
-                start, size = found
-                first_read = max(size, FIRST_READ_BYTES)
-                return _from_offset(offset, self.log.batches(start, first_read=first_read))
-            try:
-                batches = self.log.batches(position)
-                first = next(batches, None)
-                if first is not None and first.last_offset == indexed_offset:
-                    return _from_offset(offset, chain((first,), batches))
-            except CorruptRecordError:
-                pass
-            logger.warning(
-                "%s: ignoring wrong index entry (%d, %d)", self.path, indexed_offset, position
-            )
+            return self.log.batches_from_entry(offset, position, indexed_offset, starting_position)
         return _from_offset(offset, self.log.batches(starting_position))
 
     def _offset_lookup(self, offset: int) -> tuple[int, int]:

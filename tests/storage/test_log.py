@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 from pathlib import Path
@@ -62,6 +63,63 @@ def test_read_from_every_offset_across_segments(log_dir: Path, clock: ManualCloc
     for offset in range(0, 181, 7):
         assert [r.value for r in log.records(offset)] == every[offset:]
     log._check()
+    log.close()
+
+
+def test_reads_of_any_range_across_gapped_batches(log_dir: Path, clock: ManualClock) -> None:
+    """records() and record_columns() decode only the range asked for (skipping the
+    records before it, stopping after it): the same records as a full read filtered."""
+    log = open_log(log_dir, clock, segment_bytes=1000, index_interval_bytes=100)
+    base = 0
+    for i in range(40):
+        count = 1 + i % 13
+        deltas = [d * (1 + i % 3) for d in range(count)]  # gaps inside some batches
+        log.append_batches(
+            build_record_batch(
+                values(count, base, size=1 + i % 5),
+                keys=None if i % 4 else [b"k"] * count,
+                timestamps=clock.now_ms,
+                offset_deltas=deltas,
+                base_offset=base,
+            ),
+            assign_offsets=False,
+        )
+        base += deltas[-1] + 1 + i % 2  # and gaps between some
+    assert log.number_of_segments > 3
+    every = [(r.offset, r.key, r.value) for r in log.records(0)]
+    for start in range(0, log.log_end_offset, 3):
+        expected = [r for r in every if r[0] >= start]
+        assert [(r.offset, r.key, r.value) for r in log.records(start)] == expected
+        end = start + 1 + start % 17
+        assert [(r.offset, r.key, r.value) for r in log.records(start, end)] == [
+            r for r in expected if r[0] < end
+        ]
+        columns = list(log.record_columns(start, end))
+        assert [o for c in columns for o in c.offsets] == [r[0] for r in expected if r[0] < end]
+        assert all(len(c) for c in columns)
+    log.close()
+
+
+def test_records_decode_their_first_batch_lazily(log_dir: Path, clock: ManualClock) -> None:
+    """A lookup decodes a few records, not the whole batch: a malformed record (under a
+    valid CRC) after them only raises when the iteration reaches it."""
+    data = bytearray(build_record_batch([b"%05d" % i for i in range(20)], timestamps=clock.now_ms))
+    # Each record: length, attributes, timestamp delta, offset delta, key length, value
+    # length (a byte each), the 5-byte value, the header count.
+    record_size = 12
+    key_length = 61 + 15 * record_size + 4
+    assert data[key_length] == 1  # null key
+    data[key_length] = 5  # key length -3
+    struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
+    log = open_log(log_dir, clock)
+    log.append_batches(bytes(data), assign_offsets=False)  # a producer's would be decoded
+    assert next(log.records(3)).value == b"00003"
+    assert [r.offset for r in itertools.islice(log.records(3), 8)] == list(range(3, 11))
+    assert [r.offset for c in log.record_columns(2, 15) for r in c] == list(range(2, 15))
+    with pytest.raises(CorruptRecordError, match="invalid key length"):
+        list(log.records(3))
+    with pytest.raises(CorruptRecordError, match="invalid key length"):
+        list(log.record_columns(0))
     log.close()
 
 

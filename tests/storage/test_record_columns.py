@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from collections.abc import Sequence
 
 import pytest
@@ -12,7 +14,7 @@ from kafka.record.default_records import DefaultRecordBatch as KafkaPythonBatch
 from storage.batch_builder import build_record_batch
 from storage.errors import CorruptRecordError
 from storage.record import CompressionType, Header, Record, TimestampType
-from storage.record_batch import RECORD_BATCH_OVERHEAD, DefaultRecordBatch
+from storage.record_batch import RECORD_BATCH_OVERHEAD, DefaultRecordBatch, LegacyRecordBatch
 from storage.record_columns import RecordColumns, columns_from_records, decode_record_columns
 from storage.varint import encode_varint
 
@@ -339,6 +341,132 @@ def test_slice_of_everything_is_the_same_object() -> None:
     full = gapped()
     assert full.slice(0) is full
     assert full.slice(-5, 100) is full
+
+
+# -- decoding a range of offsets ------------------------------------------------------
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.binary(max_size=70)),
+            st.one_of(st.none(), st.binary(max_size=4)),
+            st.integers(0, 3),
+            st.sampled_from([1, 1, 1, 2, 70]),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=90,
+    ),
+    bounds=st.tuples(st.integers(-5, 400), st.one_of(st.none(), st.integers(-5, 400))),
+    codec=st.sampled_from([CompressionType.NONE, CompressionType.GZIP]),
+)
+def test_decoding_a_range_equals_slicing_the_whole_decode(
+    rows: list[tuple[bytes | None, bytes | None, int, int, bool]],
+    bounds: tuple[int, int | None],
+    codec: CompressionType,
+) -> None:
+    """Skipped records (read by length and offset delta only) and the early stop give
+    exactly the records a full decode keeps, whatever the fields, gaps and widths."""
+    deltas, delta = [], 0
+    for _value, _key, _ts, step, _header in rows:
+        deltas.append(delta)
+        delta += step
+    data = build_record_batch(
+        [r[0] for r in rows],
+        keys=[r[1] for r in rows],
+        timestamps=[TS + r[2] for r in rows],
+        headers=[[("h", b"x")] if r[4] else [] for r in rows],
+        offset_deltas=deltas,
+        base_offset=100,
+        codec=codec,
+    )
+    start, end = bounds
+    batch = DefaultRecordBatch(data)
+    expected = batch.columns().slice(start, end).records()
+    assert batch.columns(start, end).records() == expected
+    assert batch.columns(start).records() == batch.columns().slice(start).records()
+
+
+@pytest.mark.parametrize(("start", "end"), [(0, 10), (5, 9), (64, 300), (299, None), (8200, None)])
+def test_a_range_of_plain_records_keeps_compact_columns(start: int, end: int | None) -> None:
+    n = 9000  # offset deltas of one, two and three varint bytes
+    batch = DefaultRecordBatch(build_record_batch([b"v%d" % i for i in range(n)], timestamps=TS))
+    columns = batch.columns(start, end)
+    stop = n if end is None else end
+    assert columns.offsets == range(start, stop)
+    assert list(columns.values) == [b"v%d" % i for i in range(start, stop)]
+    assert list(columns.timestamps) == [TS] * (stop - start)
+
+
+def test_records_skipped_or_after_the_range_are_not_decoded() -> None:
+    # Record 1's key length is malformed (-3): a full decode fails on it, a decode of
+    # the records after it skips it by its length, one of those before stops first.
+    body = raw_record(0) + raw_record(1, key_field=encode_varint(-3)) + raw_record(2)
+    with pytest.raises(CorruptRecordError, match="invalid key length"):
+        decode(body, count=3)
+    after = decode_record_columns(
+        body, 0, len(body), 3, 0, TS, TimestampType.CREATE_TIME, None, start_offset=2
+    )
+    assert after.offsets == range(2, 3)
+    before = decode_record_columns(
+        body, 0, len(body), 3, 0, TS, TimestampType.CREATE_TIME, None, end_offset=1
+    )
+    assert before.offsets == range(1)
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        (raw_record(0, length_adjust=-20), "invalid record length"),
+        (raw_record(0, length_adjust=50), "runs past"),
+        (encode_varint(8) + b"\x00" + b"\xff" * 7, "record length disagrees"),
+        (encode_varint(14) + b"\x00" + b"\xff" * 13, "over 10 bytes|longer than 10"),
+    ],
+)
+def test_a_skipped_record_must_still_frame_correctly(record: bytes, message: str) -> None:
+    body = record + raw_record(1)
+    with pytest.raises(CorruptRecordError, match=message):
+        decode_record_columns(
+            body, 0, len(body), 2, 0, TS, TimestampType.CREATE_TIME, None, start_offset=1
+        )
+
+
+def test_a_decode_reaching_the_end_still_checks_leftover_bytes() -> None:
+    body = raw_record(0) + raw_record(1) + b"\x00"
+    with pytest.raises(CorruptRecordError, match="1 bytes after"):
+        decode_record_columns(
+            body, 0, len(body), 2, 0, TS, TimestampType.CREATE_TIME, None, start_offset=1
+        )
+    stopped = decode_record_columns(
+        body, 0, len(body), 2, 0, TS, TimestampType.CREATE_TIME, None, end_offset=1
+    )
+    assert stopped.offsets == range(1)
+
+
+def test_legacy_batch_columns_of_a_range_are_a_slice() -> None:
+    # One v1 message (magic, attributes, timestamp, null key, value), CRC over it.
+    body = struct.pack(">bbqi", 1, 0, TS, -1) + struct.pack(">i", 2) + b"v5"
+    batch = LegacyRecordBatch(struct.pack(">qiI", 5, len(body) + 4, zlib.crc32(body)) + body)
+    assert [r.offset for r in batch.columns(5)] == [5]
+    assert [r.offset for r in batch.columns(None, 6)] == [5]
+    assert len(batch.columns(6)) == 0
+    assert len(batch.columns(0, 5)) == 0
+
+
+# -- the columns object ----------------------------------------------------------------
+
+
+def test_columns_compare_by_value_and_show_their_fields() -> None:
+    a = columns_of(build_record_batch([b"a", b"b"], timestamps=TS))
+    b = columns_of(build_record_batch([b"a", b"b"], timestamps=TS))
+    assert a == b
+    assert a != columns_of(build_record_batch([b"a", b"c"], timestamps=TS))
+    assert a != "columns"
+    assert "values=[b'a', b'b']" in repr(a)
+    with pytest.raises(TypeError):
+        hash(a)
 
 
 # -- columns_from_records ------------------------------------------------------------

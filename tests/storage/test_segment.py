@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from storage.batch_builder import build_record_batch
 from storage.file_names import log_file, offset_index_file, time_index_file
@@ -239,6 +240,59 @@ def test_translate_offset_from_a_starting_position(open_segment: OpenSegment) ->
     third = len(batches[0]) + len(batches[1])
     assert segment.translate_offset(1, third) == OffsetPosition(8, third, len(batches[2]))
     assert segment.translate_offset(7, third) == OffsetPosition(8, third, len(batches[2]))
+
+
+def all_translations(segment: LogSegment, first: int, last: int) -> list[OffsetPosition | None]:
+    return [segment.translate_offset(target) for target in range(first, last + 2)]
+
+
+@pytest.mark.parametrize(
+    ("wrong", "warned"),
+    [
+        pytest.param(lambda offset, pos, prev: (offset, pos + 1), True, id="position-inside"),
+        pytest.param(lambda offset, pos, prev: (offset, prev), True, id="previous-batch"),
+        pytest.param(lambda offset, pos, prev: (offset, 10**6), False, id="past-the-log"),
+        pytest.param(lambda offset, pos, prev: (offset + 1, pos), True, id="other-offset"),
+    ],
+)
+def test_reads_ignore_an_index_entry_that_names_no_such_batch(
+    open_segment: OpenSegment,
+    log_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+    wrong: Callable[[int, int, int], tuple[int, int]],
+    warned: bool,
+) -> None:
+    """Index entries carry no checksum: reads check the entry's batch header and scan
+    the segment instead when it is not the batch the entry names."""
+    batches = [make_batch(3 * i) for i in range(6)]
+    segment = build_segment(open_segment, batches, index_interval_bytes=0)
+    expected = all_translations(segment, 0, 17)
+    (_, previous), (last_offset, position) = offset_entries(segment)[-2:]
+    segment.close()
+    rewrite_last_index_entry(offset_index_file(log_dir, 0), wrong(last_offset, position, previous))
+    reopened = open_segment()
+    assert all_translations(reopened, 0, 17) == expected
+    assert ("ignoring wrong index entry" in caplog.text) is warned
+
+
+def test_reads_through_index_entries_of_legacy_batches(
+    open_segment: OpenSegment, log_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A legacy entry has no v2 header to check: the batch at an index entry is read
+    whole to check its last offset."""
+    entries = []
+    for offset in range(12):
+        builder = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+        builder.append(offset, timestamp=TS + offset, key=None, value=b"v" * (offset * 7))
+        entries.append(bytes(builder.build()))
+    log_file(log_dir, 0).write_bytes(b"".join(entries))
+    segment = open_segment(index_interval_bytes=50)
+    segment.recover()  # indexes the legacy entries
+    assert len(offset_entries(segment)) > 3
+    positions = [sum(len(e) for e in entries[:i]) for i in range(12)]
+    expected = [OffsetPosition(o, positions[o], len(entries[o])) for o in range(12)]
+    assert all_translations(segment, 0, 11) == [*expected, None]
+    assert "ignoring wrong index entry" not in caplog.text
 
 
 def test_read_next_offset_of_an_empty_segment_is_its_base(open_segment: OpenSegment) -> None:
