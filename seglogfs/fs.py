@@ -17,7 +17,9 @@ Await boundaries and threads. Every call that can block (disk reads and writes, 
 fsync on roll, rendering) runs in a worker thread through the one ``run_sync`` bridge
 the daemon passes in (``trio.to_thread.run_sync`` under a limiter), so a partition
 rolling a large segment never stalls a ``cat`` of another. The event loop itself only
-reads in-memory state (topic metadata, ``Log`` counters). The requests of one open file
+reads in-memory state (topic metadata, ``Log`` counters) and answers reads from bytes
+a sequential reader's previous read rendered ahead (``READ_AHEAD``): slices of memory,
+one copy when they span batches. The requests of one open file
 run one at a time, in arrival order (a ``trio.Lock`` per open file, taken before the
 first await of ``read``/``write``): a writer's lines keep their order, and a reader's
 shift (``seglogfs.positions``) is never updated by two reads at once. Namespace changes
@@ -92,6 +94,11 @@ XATTR_PREFIX = "user.seglog."
 BLOCK_SIZE = 1 << 20
 """``st_blksize`` of partition files: ``cat``, ``dd`` and ``cp`` size their reads by it,
 and one large read costs one request instead of eight."""
+
+READ_AHEAD = 4 << 20
+"""Bytes a sequential read renders past its end in its worker thread: the next reads
+(``cat`` and ``dd`` ask 1 MiB at a time) are answered on the event loop from memory, so
+a sequential reader costs one thread hop per READ_AHEAD, not one per request."""
 
 # Read-only mounts follow a live writer: a log is refreshed at most this often (seconds)
 # when it is stat'ed or read, the topic list at most every REFRESH_TOPICS_S.
@@ -639,15 +646,20 @@ class Operations(pyfuse3.Operations):
         if reader is None:
             raise _fail(errno.EBADF)
         async with of.lock:
-            data: bytes = await self._run(self._sync_read, of.node, reader, off, size)
+            # Bytes a sequential read rendered ahead are answered here, on the event
+            # loop (slices of memory, no file touched); the rest in a worker thread.
+            data: Any = reader.read_rendered(self._log(of.node), off, size)
+            if data is None:
+                data = await self._run(self._sync_read, of.node, reader, off, size)
         if _debug:
             logger.debug("read fh=%d off=%d size=%d: %d bytes", fh, off, size, len(data))
-        return data
+        return data  # type: ignore[no-any-return]
 
     def _sync_read(self, node: Node, reader: PositionReader, off: int, size: int) -> Any:
         log = self._log(node)
         self._sync_refresh(log)
-        return reader.read(log, Rendering.of(self._metadata(node.topic)), off, size)
+        rendering = Rendering.of(self._metadata(node.topic))
+        return reader.read(log, rendering, off, size, READ_AHEAD)
 
     @_handler
     async def write(self, fh: int, off: int, buf: bytes) -> int:

@@ -20,6 +20,7 @@ consistent, nothing is returned twice and the file never looks truncated to ``ta
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import deque
 from dataclasses import dataclass
 from functools import partial
 
@@ -165,7 +166,7 @@ def _first_entry_after(log: Log, offset: int) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class _Rendered:
-    """The last batch a reader rendered: where it starts, its bytes, what follows."""
+    """A batch a reader rendered: where it starts, its bytes, what follows."""
 
     position: int
     batch: RenderedBatch
@@ -182,18 +183,28 @@ class PositionReader:
     ``base`` is the global position of the file's byte 0 (0 for a partition file; the
     start position of a ``P@<where>`` view). The bytes returned for a read are slices of
     ``render_batch`` output (no object per record); a read inside one batch returns a
-    ``memoryview`` of it without a copy. The last rendered batch is kept, so a
-    sequential reader renders each batch once and positions without an index lookup.
+    ``memoryview`` of it without a copy.
+
+    The reader keeps the batches it rendered last, back to back (at least the last
+    one), so a sequential reader renders each batch once and positions without an
+    index lookup. A *sequential* read (one that starts where the previous read ended)
+    also renders up to ``ahead`` bytes past its end, so the next reads of the same
+    sequence are answered by ``read_rendered`` from memory, without touching the log:
+    the daemon answers those on its event loop and only the others in a worker thread.
 
     Not thread-safe: the daemon runs one request of an open file at a time.
     """
 
-    __slots__ = ("_last", "_start", "base", "shift")
+    __slots__ = ("_end", "_log_id", "_rendered", "_start", "base", "shift")
 
     def __init__(self, base: int = 0) -> None:
         self.base = base
         self.shift = 0
-        self._last: _Rendered | None = None
+        # Rendered batches, contiguous (each starts at the end and next offset of the
+        # one before), of the log whose id() is _log_id.
+        self._rendered: deque[_Rendered] = deque()
+        self._log_id = 0
+        self._end = -1  # the global position after the last read (-1: none yet)
         # ((log identity, log start offset), log_start_anchor(...)) of the last read.
         self._start: tuple[tuple[int, int], tuple[int, int]] | None = None
 
@@ -202,16 +213,17 @@ class PositionReader:
         return self.base + kernel_offset + self.shift
 
     def read(
-        self, log: Log, rendering: Rendering, kernel_offset: int, size: int
+        self, log: Log, rendering: Rendering, kernel_offset: int, size: int, ahead: int = 0
     ) -> bytes | memoryview:
         """Up to ``size`` bytes at ``kernel_offset``; empty at the end. Never blocks for
-        data: a read at the end returns what there is.
+        data: a read at the end returns what there is. A sequential read renders up to
+        ``ahead`` more bytes for the reads that follow.
 
         A position below the oldest retained record (a gap) reads from that record on and
         moves the shift by the skipped length.
 
         Cost: O(log n) to position (none when it continues the previous read), then
-        O(bytes) rendering.
+        O(bytes) rendering, plus O(ahead) for a sequential read.
 
         Raises:
             CorruptRecordError: the read starts in a batch that fails its CRC (never
@@ -229,13 +241,64 @@ class PositionReader:
             end = log.extension_end
             if position >= end or size <= 0:
                 return b""
+            want = min(size, end - position)
+            if position != self._end:
+                ahead = 0
             try:
-                return self._read_at(log, rendering, position, min(size, end - position))
+                data = self._read_at(log, rendering, position, want, ahead)
             except OffsetOutOfRangeError:
                 # The segment under the read was deleted (or the start moved past the
-                # cached batch): forget it and start again from the new log start.
-                self._last = None
+                # cached batches): forget them and start again from the new log start.
+                self._rendered.clear()
+                continue
+            self._end = position + len(data)
+            return data
         return b""
+
+    def read_rendered(self, log: Log, kernel_offset: int, size: int) -> bytes | memoryview | None:
+        """``size`` bytes at ``kernel_offset`` when batches rendered before hold all of
+        them, else ``None`` (then ``read`` answers). Touches no file and renders
+        nothing: safe on the daemon's event loop.
+
+        Cost: O(batches kept) to find the bytes, one copy when they span batches.
+        """
+        rendered = self._rendered
+        start = self._start
+        if (
+            size <= 0
+            or not rendered
+            or self._log_id != id(log)
+            or start is None
+            or start[0] != (id(log), log.log_start_offset)
+        ):
+            return None
+        position = self.base + kernel_offset + self.shift
+        want = position + size
+        # Below the retained records (the shift moves), or past the end (a short read
+        # that a read-only mount answers after refreshing): ``read`` decides.
+        if position < start[1][1] or want > log.extension_end:
+            return None
+        if rendered[0].position > position or rendered[-1].end < want:
+            return None
+        data = self._slice(position, want)
+        self._end = want
+        return data
+
+    def _slice(self, position: int, want: int) -> bytes | memoryview:
+        # The kept batches cover [position, want): drop those wholly before it (keeping
+        # the last one), then slice the rest.
+        rendered = self._rendered
+        while len(rendered) > 1 and rendered[0].end <= position:
+            rendered.popleft()
+        parts: list[memoryview] = []
+        for r in rendered:
+            if r.position >= want:
+                break
+            lo = position - r.position if position > r.position else 0
+            parts.append(memoryview(r.batch.data)[lo : want - r.position])
+        if len(parts) == 1:
+            return parts[0]
+        return b"".join(parts)
 
     def _anchor(self, log: Log, rendering: Rendering) -> tuple[int, int]:
         key = (id(log), log.log_start_offset)
@@ -244,42 +307,44 @@ class PositionReader:
         return self._start[1]
 
     def _read_at(
-        self, log: Log, rendering: Rendering, position: int, size: int
+        self, log: Log, rendering: Rendering, position: int, size: int, ahead: int
     ) -> bytes | memoryview:
         want = position + size
-        parts: list[memoryview] = []
-        last = self._last
-        if last is not None and last.position <= position < last.end:
-            view = memoryview(last.batch.data)[position - last.position : want - last.position]
-            if last.end >= want:
-                return view
-            parts.append(view)
-            cursor, offset = last.end, last.next_offset
-        elif last is not None and position == last.end:
+        rendered = self._rendered
+        if self._log_id != id(log):
+            rendered.clear()
+            self._log_id = id(log)
+        last = rendered[-1] if rendered else None
+        if last is not None and rendered[0].position <= position <= last.end:
+            # Continue the kept batches: the read starts in them or right after them.
             cursor, offset = last.end, last.next_offset
         else:
+            rendered.clear()
             offset, cursor = log.extension_floor(position)
             if offset < log.log_start_offset:
                 # The entry is below a log start inside its segment: scan from the
                 # batch holding the log start (the caller keeps positions above it).
                 offset = log.log_start_offset
                 cursor = self._anchor(log, rendering)[0]
-        try:
-            for batch in log.batches(offset):
-                rendered = rendering.render(batch)
-                length = len(rendered.data)
-                if cursor + length > position:
-                    lo = position - cursor if position > cursor else 0
-                    parts.append(memoryview(rendered.data)[lo : want - cursor])
-                self._last = _Rendered(cursor, rendered, batch.next_offset)
-                cursor += length
-                if cursor >= want:
-                    break
-        except CorruptRecordError:
-            if not parts:
-                raise
-            # Serve the valid bytes before the corrupt batch (a short read, as a disk
-            # read before a bad sector); the next read starts there and fails.
-        if len(parts) == 1:
-            return parts[0]
-        return b"".join(parts)
+        # Render up to `want` (what the read needs), then on to `target` (read-ahead).
+        target = min(want + ahead, log.extension_end)
+        if cursor < target:
+            try:
+                for batch in log.batches(offset):
+                    r = _Rendered(cursor, rendering.render(batch), batch.next_offset)
+                    cursor = r.end
+                    if cursor <= position:
+                        continue  # before the read: the scan from the index entry
+                    rendered.append(r)
+                    if cursor >= target:
+                        break
+            except CorruptRecordError:
+                if cursor <= position:
+                    raise
+                # Serve the valid bytes before the corrupt batch (a short read, as a disk
+                # read before a bad sector); the next read starts there and fails.
+            except OffsetOutOfRangeError:
+                if cursor < want:
+                    raise
+                # Retention deleted what the read-ahead wanted: the read has its bytes.
+        return self._slice(position, min(want, cursor))

@@ -399,6 +399,48 @@ async def test_read_after_retention_continues_at_oldest_record(
 
 
 @pytest.mark.trio
+async def test_sequential_reads_are_answered_from_bytes_rendered_ahead(
+    manager: LogManager,
+) -> None:
+    # A sequential reader's worker-thread read renders READ_AHEAD bytes past its end;
+    # the reads that follow are answered from them on the event loop (no thread hop),
+    # byte for byte what a fresh reader gets, also across retention under the reader.
+    hops = 0
+
+    async def counting_run_sync(fn: object, *args: object) -> object:
+        nonlocal hops
+        hops += 1
+        return await run_sync(fn, *args)
+
+    ops = Operations(manager, counting_run_sync)
+    topic = (await ops.mkdir(pyfuse3.ROOT_INODE, b"t", 0o755, CTX)).st_ino
+    await ops.setxattr(topic, b"user.seglog.segment.bytes", b"20000", CTX)
+    lines = [b"line %05d " % i + b"x" * (i % 300) for i in range(3000)]
+    for start in range(0, len(lines), 50):
+        await write(ops, "/t/0", _expected_bytes(lines[start : start + 50]))
+    expected = _expected_bytes(lines)
+    fh = (await ops.open(await inode_of(ops, "/t/0"), os.O_RDONLY, CTX)).fh
+    hops = 0
+    got = b""
+    while chunk := bytes(await ops.read(fh, len(got), 4096)):
+        got += chunk
+    assert got == expected
+    reads = -(-len(expected) // 4096) + 1
+    assert hops < reads // 10  # READ_AHEAD is 4 MiB: a handful of hops
+    await ops.release(fh)
+
+    log = manager.log("t", 0)
+    fh = (await ops.open(await inode_of(ops, "/t/0"), os.O_RDONLY, CTX)).fh
+    head = bytes(await ops.read(fh, 0, 100)) + bytes(await ops.read(fh, 100, 100))
+    assert head == expected[:200]  # the second read rendered ahead
+    log.advance_log_start_offset(1500)
+    assert log.delete_old_segments() >= 2
+    rest = bytes(await ops.read(fh, 200, 1 << 30))
+    assert rest == _expected_bytes(lines[log.log_start_offset :])
+    await ops.release(fh)
+
+
+@pytest.mark.trio
 async def test_xattrs_of_partitions_and_topics(
     ops: Operations, manager: LogManager, caplog: pytest.LogCaptureFixture
 ) -> None:

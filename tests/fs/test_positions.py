@@ -107,17 +107,34 @@ class PositionMachine(RuleBasedStateMachine):
         self.kernel[self.next_reader] = (PositionReader(), 0)
         return self.next_reader
 
-    @rule(reader=readers, size=st.integers(1, 3000))
-    def read_on(self, reader: int, size: int) -> None:
+    @rule(reader=readers, size=st.integers(1, 3000), ahead=st.sampled_from([0, 1, 500, 5000]))
+    def read_on(self, reader: int, size: int, ahead: int) -> None:
         if reader not in self.kernel:
             return
         position_reader, k = self.kernel[reader]
-        got = bytes(position_reader.read(self.log, self.rendering, k, size))
+        got = bytes(position_reader.read(self.log, self.rendering, k, size, ahead))
         g = k + position_reader.shift
         # The model of a read: a gap continues at the oldest retained record.
         assert g >= self.start_position
         assert got == self.model[g : g + size]
         self.kernel[reader] = (position_reader, k + len(got))
+
+    @rule(reader=readers, size=st.integers(1, 3000), back=st.integers(0, 200))
+    def read_rendered(self, reader: int, size: int, back: int) -> None:
+        # What the event loop answers from batches rendered before: the model's bytes,
+        # or None (the worker thread then reads); nothing in a gap or past the end.
+        if reader not in self.kernel:
+            return
+        position_reader, k = self.kernel[reader]
+        k = max(0, k - back)
+        got = position_reader.read_rendered(self.log, k, size)
+        if got is None:
+            return
+        g = k + position_reader.shift
+        assert self.start_position <= g
+        assert g + size <= len(self.model)
+        assert bytes(got) == self.model[g : g + size]
+        self.kernel[reader] = (position_reader, k + size)
 
     @rule(data=st.data())
     def read_anywhere(self, data: st.DataObject) -> None:
