@@ -9,8 +9,10 @@ Run from the repository root::
 Method. One SparkSession (``local[*]``, default 2 cores here) for the whole run. For each
 size N: a topic ``bench`` of 4 partitions holding N records of 100-byte values (appended
 in batches of 1000, as a producer sends them), and the same N values as 100-byte lines
-in 4 text files (one per partition). Each query runs once to warm up (Python workers,
-JIT), then ``--runs`` times (default 3); the median wall time is reported:
+in 4 text files (one per partition). Each query and its baseline run once each to warm
+up (Python workers, JIT), then ``--runs`` times each (default 5), in turns (seglog,
+text, seglog, text, ...) so that both meet the same load on a shared machine; the
+median wall time of each is reported:
 
 - ``seglog count``: ``spark.read.format("seglog")...load().count()``;
 - ``seglog groupBy``: ``...groupBy("partition").count().collect()``;
@@ -78,14 +80,25 @@ def build_data(root: Path, n: int) -> tuple[Path, Path]:
     return log_dir, text_dir
 
 
-def timed(fn: Callable[[], object], runs: int) -> tuple[float, list[float]]:
-    fn()  # warm-up: Python workers, JIT, page cache
-    times = []
+def timed_pair(
+    fn: Callable[[], object], base_fn: Callable[[], object], runs: int
+) -> tuple[list[float], list[float]]:
+    """Wall times of ``runs`` runs of ``fn`` and of ``base_fn``, taken in turns after
+    one warm-up run of each (Python workers, JIT, page cache).
+
+    Taking them in turns, not all of one then all of the other, exposes both to the
+    same moments of a shared machine's load, so their ratio is the fairer figure.
+    """
+    fn()
+    base_fn()
+    times: list[float] = []
+    base_times: list[float] = []
     for _ in range(runs):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), times
+        for f, out in ((fn, times), (base_fn, base_times)):
+            start = time.perf_counter()
+            f()
+            out.append(time.perf_counter() - start)
+    return times, base_times
 
 
 def bench_batch(spark: Any, root: Path, n: int, runs: int) -> list[tuple[str, str]]:
@@ -114,8 +127,8 @@ def bench_batch(spark: Any, root: Path, n: int, runs: int) -> list[tuple[str, st
         ("count", seglog_count, text_count),
         ("groupBy", seglog_group, text_group),
     ):
-        median, times = timed(fn, runs)
-        base, base_times = timed(base_fn, runs)
+        times, base_times = timed_pair(fn, base_fn, runs)
+        median, base = statistics.median(times), statistics.median(base_times)
         rate, base_rate = n / median, n / base
         print(
             f"N={n:>10,} {name:<8} seglog {rate:>12,.0f} rows/s (median {median:.2f} s of "
@@ -225,7 +238,7 @@ def bench_stream(spark: Any, root: Path, rate: int, seconds: float) -> list[tupl
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[10**6, 10**7])
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--rate", type=int, default=100_000, help="lines/s produced")
     parser.add_argument("--seconds", type=float, default=20.0, help="production time")
     parser.add_argument("--no-stream", action="store_true")
@@ -258,7 +271,8 @@ def main() -> int:
     print(
         f"Spark {spark.version}, {spark.sparkContext.defaultParallelism} cores "
         f"(local[*]), Python {sys.version.split()[0]}, storage engine {engine}; median of "
-        f"{args.runs} runs after a warm-up",
+        f"{args.runs} runs after a warm-up; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+        f"load average {os.getloadavg()[0]:.2f}",
         flush=True,
     )
     table: list[tuple[str, str]] = []
@@ -272,7 +286,9 @@ def main() -> int:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
     width = max(len(name) for name, _ in table)
-    print()
+    print(
+        f"\nend {time.strftime('%H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.2f}"
+    )
     for name, figure in table:
         print(f"{name:<{width}}  {figure}")
     return 0
