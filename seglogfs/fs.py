@@ -98,7 +98,8 @@ and one large read costs one request instead of eight."""
 READ_AHEAD = 4 << 20
 """Bytes a sequential read renders past its end in its worker thread: the next reads
 (``cat`` and ``dd`` ask 1 MiB at a time) are answered on the event loop from memory, so
-a sequential reader costs one thread hop per READ_AHEAD, not one per request."""
+a sequential reader costs one thread hop per READ_AHEAD, not one per request. Memory:
+at most READ_AHEAD plus a request and a batch kept per open file that reads on."""
 
 # Read-only mounts follow a live writer: a log is refreshed at most this often (seconds)
 # when it is stat'ed or read, the topic list at most every REFRESH_TOPICS_S.
