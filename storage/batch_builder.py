@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Final
 
 import crc32c
+from librt.strings import BytesWriter
 from mypy_extensions import i64
 
 from .compression import compress
@@ -140,9 +141,11 @@ def build_record_batch(
 def _encode_plain_records(values: Sequence[bytes | None]) -> bytes:
     # Records with no key, no headers and the batch's timestamp: each is
     # length | 00 00 offsetDelta 01 | valueLength | value | 00.
+    # Written into one BytesWriter (mypyc's growable buffer, its writes native calls):
+    # five parts a record joined at the end cost a third more.
     small = SMALL_VARINTS
     prefixes = _NULL_KEY_PREFIX
-    parts: list[bytes] = []
+    out = BytesWriter()
     # Native 64-bit locals for mypyc: counts and lengths of one batch.
     i: i64 = 0
     n: i64
@@ -151,19 +154,19 @@ def _encode_plain_records(values: Sequence[bytes | None]) -> bytes:
         mid = prefixes[i] if i < _SMALL else b"\x00\x00" + encode_varint(i) + b"\x01"
         i += 1
         if value is None:
-            parts.append(small[len(mid) + 2])
-            parts.append(mid)
-            parts.append(b"\x01\x00")
+            out.write(small[len(mid) + 2])
+            out.write(mid)
+            out.write(b"\x01\x00")
             continue
         n = len(value)
         value_len = small[n] if n < _SMALL else encode_varint(n)
         length = len(mid) + len(value_len) + n + 1
-        parts.append(small[length] if length < _SMALL else encode_varint(length))
-        parts.append(mid)
-        parts.append(value_len)
-        parts.append(value)
-        parts.append(b"\x00")
-    return b"".join(parts)
+        out.write(small[length] if length < _SMALL else encode_varint(length))
+        out.write(mid)
+        out.write(value_len)
+        out.write(value)
+        out.append(0)
+    return out.getvalue()
 
 
 def _encode_records(
@@ -173,11 +176,11 @@ def _encode_records(
     ts_deltas: Sequence[int] | None,
     offset_deltas: Sequence[int] | None,
 ) -> bytes:
-    # Every field goes straight into one list of parts; the record length is summed
-    # from the parts' sizes rather than by joining each record first.
+    # Every field goes straight into one BytesWriter; the record length is summed
+    # from the fields' sizes rather than by encoding each record apart first.
     small = SMALL_VARINTS
     prefixes = _RECORD_PREFIX
-    parts: list[bytes] = []
+    out = BytesWriter()
     n: i64
     length: i64
     value_list = _as_list(values)
@@ -210,16 +213,16 @@ def _encode_records(
             value_len = small[n] if n < _SMALL else encode_varint(n)
             length += n
         length += len(key_len) + len(value_len)
-        parts.append(small[length] if length < _SMALL else encode_varint(length))
-        parts.append(prefix)
-        parts.append(key_len)
+        out.write(small[length] if length < _SMALL else encode_varint(length))
+        out.write(prefix)
+        out.write(key_len)
         if key is not None:
-            parts.append(key)
-        parts.append(value_len)
+            out.write(key)
+        out.write(value_len)
         if value is not None:
-            parts.append(value)
-        parts.append(header_bytes)
-    return b"".join(parts)
+            out.write(value)
+        out.write(header_bytes)
+    return out.getvalue()
 
 
 def _as_list(column: Sequence[bytes | None]) -> list[bytes | None]:

@@ -316,6 +316,29 @@ def decode_record_columns(
     )
 
 
+def decode_plain_values(data: bytes, pos: int, end: int, count: int) -> list[bytes] | None:
+    """The values of the ``count`` records in ``data[pos:end]`` when every one is plain
+    (see ``_decode_plain_values``: what a producer of lines writes), else None.
+
+    The renderer's fast path: a plain batch renders from its values alone, with no
+    other column built. Plain records are checked byte for byte, the count and the
+    batch end too, so None also covers any malformed batch (the general decoder then
+    reports it).
+
+    Cost: about 0.03 µs a record plus the copy of its value.
+    """
+    if count < 0 or count > 8192:
+        return None
+    values: list[bytes | None] = []
+    try:
+        decoded, pos = _decode_plain_values(data, pos, end, 0, count, values)
+    except IndexError:  # a count beyond the records, at the end of ``data``
+        return None
+    if decoded != count or pos != end:
+        return None
+    return values  # type: ignore[return-value]  # a plain record's value is never null
+
+
 def _skip_records(
     data: bytes, pos: i64, end: i64, count: i64, target_delta: i64
 ) -> tuple[int, int]:

@@ -28,7 +28,7 @@ from typing import Final
 from librt.strings import BytesWriter, write_i64_le
 from mypy_extensions import i64
 
-from .record_batch import RecordBatch
+from .record_batch import DefaultRecordBatch, RecordBatch
 from .record_columns import RecordColumns
 
 _NEWLINE: Final = b"\n"
@@ -69,7 +69,31 @@ def render_batch(batch: RecordBatch, *, raw: bool, key_separator: bytes | None) 
     if batch.is_control:
         next_offset = batch.next_offset
         return RenderedBatch(b"", array("q"), range(next_offset, next_offset))
+    if isinstance(batch, DefaultRecordBatch):
+        values = batch.plain_values()
+        if values is not None:
+            base_offset = batch.base_offset
+            offsets = range(base_offset, base_offset + len(values))
+            return _render_values(values, offsets, raw=raw)
     return render_columns(batch.columns(), raw=raw, key_separator=key_separator)
+
+
+def _render_values(values: list[bytes], offsets: range, *, raw: bool) -> RenderedBatch:
+    # Keyless, non-null values (a plain batch): the values list is the rendering's
+    # own, so it takes the final empty element for the last newline.
+    ends = BytesWriter()
+    total: i64 = 0
+    line_end: i64 = 0 if raw else 1
+    for value in values:
+        total += len(value) + line_end
+        write_i64_le(ends, total)
+    if raw:
+        data = b"".join(values)
+    else:
+        if values:
+            values.append(b"")
+        data = _NEWLINE.join(values)
+    return RenderedBatch(data, _int64_array(ends.getvalue()), offsets)
 
 
 def rendered_size(batch: RecordBatch, *, raw: bool, key_separator: bytes | None) -> int:
@@ -82,6 +106,13 @@ def rendered_size(batch: RecordBatch, *, raw: bool, key_separator: bytes | None)
     """
     if batch.is_control:
         return 0
+    if isinstance(batch, DefaultRecordBatch):
+        plain = batch.plain_values()
+        if plain is not None:
+            size: i64 = 0 if raw else len(plain)
+            for line in plain:
+                size += len(line)
+            return size
     columns = batch.columns()
     values = _as_list(columns.values)
     total: i64 = 0

@@ -15,7 +15,12 @@ from storage.batch_builder import build_record_batch
 from storage.errors import CorruptRecordError
 from storage.record import CompressionType, Header, Record, TimestampType
 from storage.record_batch import RECORD_BATCH_OVERHEAD, DefaultRecordBatch, LegacyRecordBatch
-from storage.record_columns import RecordColumns, columns_from_records, decode_record_columns
+from storage.record_columns import (
+    RecordColumns,
+    columns_from_records,
+    decode_plain_values,
+    decode_record_columns,
+)
 from storage.varint import encode_varint
 
 TS = 1_700_000_000_000
@@ -453,6 +458,44 @@ def test_legacy_batch_columns_of_a_range_are_a_slice() -> None:
     assert [r.offset for r in batch.columns(None, 6)] == [5]
     assert len(batch.columns(6)) == 0
     assert len(batch.columns(0, 5)) == 0
+
+
+# -- plain values (the renderer's fast path) -------------------------------------------
+
+
+def test_plain_values_of_a_batch_of_lines() -> None:
+    values = [b"line %d" % i for i in range(300)] + [b"x" * 8000, b""]
+    batch = DefaultRecordBatch(build_record_batch(values, timestamps=TS, base_offset=9))
+    assert batch.plain_values() == values
+    gzip = build_record_batch(values, timestamps=TS, codec=CompressionType.GZIP)
+    assert DefaultRecordBatch(gzip).plain_values() == values
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"keys": [None, b"k"]},
+        {"headers": [[], [("h", None)]]},
+        {"timestamps": [TS, TS + 1]},
+        {"offset_deltas": [0, 2]},
+        {"values": [b"a", None]},
+        {"values": [b"a", b"b" * 9000]},
+        {"values": [b"v"] * 8193},
+    ],
+)
+def test_plain_values_are_none_for_any_other_batch(kwargs: dict[str, object]) -> None:
+    arguments: dict[str, object] = {"values": [b"a", b"b"], "timestamps": TS, **kwargs}
+    batch = DefaultRecordBatch(build_record_batch(**arguments))  # type: ignore[arg-type]
+    assert batch.plain_values() is None
+
+
+def test_plain_values_are_none_for_a_wrong_count_or_leftover_bytes() -> None:
+    body = raw_record(0) + raw_record(1)
+    assert decode_plain_values(body, 0, len(body), 2) == [b"v", b"v"]
+    assert decode_plain_values(body, 0, len(body), 1) is None
+    assert decode_plain_values(body, 0, len(body), 3) is None
+    assert decode_plain_values(body + b"\x00", 0, len(body) + 1, 2) is None
+    assert decode_plain_values(body, 0, len(body), -1) is None
 
 
 # -- the columns object ----------------------------------------------------------------
