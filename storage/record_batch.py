@@ -170,6 +170,8 @@ class DefaultRecordBatch:
     @property
     def codec(self) -> CompressionType:
         code = self.attributes & COMPRESSION_CODEC_MASK
+        if code == 0:  # the common case, without the enum's (interpreted) lookup
+            return CompressionType.NONE
         try:
             return CompressionType(code)
         except ValueError:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from librt.strings import BytesWriter, write_i64_le
@@ -34,7 +33,6 @@ from .record_columns import RecordColumns
 _NEWLINE: Final = b"\n"
 
 
-@dataclass(frozen=True, slots=True)
 class RenderedBatch:
     """The consumer-visible records of one batch, rendered back to back.
 
@@ -42,16 +40,31 @@ class RenderedBatch:
     ``data[ends[i - 1]:ends[i]]``, and ``len(data) == ends[-1]``); ``offsets[i]`` is its
     offset (a ``range`` when the offsets are contiguous). A record that renders to
     nothing (a null value in ``raw``) still has its entry, with an empty range. The
-    ``ends`` array must not be modified.
+    attributes are ``Final``; the ``ends`` array must not be modified.
     """
 
-    data: bytes
-    ends: array[int]
-    offsets: Sequence[int]
+    # A plain class, not a dataclass: mypyc compiles this ``__init__`` (a dataclass's
+    # generated one runs interpreted, a few µs a batch).
+    __slots__ = ("data", "ends", "offsets")
+
+    def __init__(self, data: bytes, ends: array[int], offsets: Sequence[int]) -> None:
+        self.data: Final = data
+        self.ends: Final = ends
+        self.offsets: Final = offsets
 
     def __len__(self) -> int:
         """The number of records (not bytes)."""
         return len(self.offsets)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RenderedBatch):
+            return NotImplemented
+        return self.data == other.data and self.ends == other.ends and self.offsets == other.offsets
+
+    __hash__ = None  # type: ignore[assignment]  # as the frozen dataclass with an array
+
+    def __repr__(self) -> str:
+        return f"RenderedBatch(data={self.data!r}, ends={self.ends!r}, offsets={self.offsets!r})"
 
 
 def render_batch(batch: RecordBatch, *, raw: bool, key_separator: bytes | None) -> RenderedBatch:

@@ -156,3 +156,13 @@ def test_rendering_matches_the_record_by_record_reference(
     header_column = [(("h", b"x"),)] * len(values) if headers else None
     batch = batch_of(values, keys, headers=header_column)
     check(batch, raw=raw, key_separator=key_separator)
+
+
+def test_rendered_batches_compare_by_value_and_show_their_fields() -> None:
+    a = render_batch(batch_of([b"x", b"yz"]), raw=False, key_separator=None)
+    assert a == render_batch(batch_of([b"x", b"yz"]), raw=False, key_separator=None)
+    assert a != render_batch(batch_of([b"x", b"y"]), raw=False, key_separator=None)
+    assert a != "rendered"
+    assert "data=b'x\\nyz\\n'" in repr(a)
+    with pytest.raises(TypeError):
+        hash(a)
