@@ -33,7 +33,13 @@ from pathlib import Path
 from .atomic_file import write_atomically
 from .errors import CorruptCheckpointError
 
-__all__ = ["CHECKPOINT_VERSION", "read_offset_checkpoint", "write_offset_checkpoint"]
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "read_extension_start_checkpoint",
+    "read_offset_checkpoint",
+    "write_extension_start_checkpoint",
+    "write_offset_checkpoint",
+]
 
 CHECKPOINT_VERSION = 0
 """The only version of the offset checkpoint format Kafka has written."""
@@ -159,3 +165,59 @@ def write_offset_checkpoint(path: Path, offsets: Mapping[tuple[str, int], int]) 
             new checkpoint is in place but may not survive a crash).
     """
     write_atomically(path, _render(offsets))
+
+
+def read_extension_start_checkpoint(path: Path) -> tuple[int, int] | None:
+    """Read a partition's extension-start checkpoint: ``(base_offset, units)`` or None.
+
+    The file (``ExtensionIndexSpec.start_checkpoint_name`` in the partition directory,
+    a name Kafka never uses) says where the extension units of the oldest retained
+    segment start, in the version-0 layout of the offset checkpoints::
+
+        0                      version
+        1200 48213             <base offset of the segment> <units at its start>
+
+    A missing or empty file gives None.
+
+    Raises:
+        CorruptCheckpointError: the file does not parse, or names a negative offset or
+            negative units.
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        lines = _LINE_END.split(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise CorruptCheckpointError(path, 0, f"not UTF-8 ({e})") from e
+    if lines[-1] == "":
+        lines.pop()
+    if not lines:
+        return None
+    if _parse_java_int(lines[0], _INT_RANGE) != CHECKPOINT_VERSION:
+        raise CorruptCheckpointError(path, 1, f"expected version {CHECKPOINT_VERSION}")
+    if len(lines) != 2:
+        raise CorruptCheckpointError(path, 0, f"expected 2 lines, found {len(lines)}")
+    fields = lines[1].split(" ")
+    values = [_parse_java_int(field, _LONG_RANGE) for field in fields]
+    match values:
+        case [int(base_offset), int(units)] if base_offset >= 0 and units >= 0:
+            return base_offset, units
+    raise CorruptCheckpointError(path, 2, f"expected '<base offset> <units>': {lines[1]!r}")
+
+
+def write_extension_start_checkpoint(path: Path, base_offset: int, units: int) -> None:
+    """Atomically replace the extension-start checkpoint at ``path`` (layout above).
+
+    Cost: two fsyncs.
+
+    Raises:
+        ValueError: a negative or out-of-range value; nothing is written.
+        OSError: as ``write_offset_checkpoint``; the previous file is left intact.
+    """
+    for value in (base_offset, units):
+        if not 0 <= value <= _LONG_RANGE[1]:
+            raise ValueError(f"{value} cannot be written to {path}")
+    write_atomically(path, f"{CHECKPOINT_VERSION}\n{base_offset} {units}\n".encode())

@@ -61,6 +61,17 @@ class ExtensionIndexSpec:
         if self.interval < 0:
             raise ValueError(f"extension index interval must be >= 0, not {self.interval}")
 
+    @property
+    def start_checkpoint_name(self) -> str:
+        """The file, in the partition directory, that checkpoints the units at the start
+        of the oldest retained segment (``checkpoint.read_extension_start_checkpoint``).
+
+        ``<suffix without its dot>-start-checkpoint``: a name Kafka never uses (its
+        partition files are ``leader-epoch-checkpoint`` and ``partition.metadata``) and
+        that does not end with the index suffix, so it is never taken for an index.
+        """
+        return f"{self.suffix[1:]}-start-checkpoint"
+
 
 class ExtensionIndex(AbstractIndex):
     """Cumulative units -> offset at some batch starts of one segment.

@@ -32,6 +32,7 @@ from itertools import chain
 from pathlib import Path
 
 from .batch_builder import build_record_batch
+from .checkpoint import write_extension_start_checkpoint
 from .clock import SYSTEM_CLOCK, Clock
 from .compression import codec_from_name
 from .errors import (
@@ -749,14 +750,19 @@ class Log:
         return len(deletable)
 
     def _delete_segments(self, segments: list[LogSegment]) -> None:
-        # The order is important: the log start offset moves first, so a reader that
-        # finds the segment map changed also finds the start moved (and reports the
+        # The order is important: the extension-start checkpoint names the new oldest
+        # segment first, while the units before it are still on disk (a crash after it
+        # leaves a checkpoint naming a later segment, which the loader computes back
+        # from; a crash before it, the old checkpoint and all the old segments). Then
+        # the log start offset moves, so a reader that finds the segment map changed
+        # also finds the start moved (and reports the
         # deletion instead of skipping it as a gap in the data); then the segments
         # leave the map, so no new read starts in them; then the files are renamed
         # .deleted (a crash from here on leaves files that recovery removes); the
         # unlink waits file.delete.delay.ms for reads already under way.
         following = self.segments.higher_segment(segments[-1].base_offset)
         assert following is not None, "the active segment is never deleted"
+        self._checkpoint_extension_start(following)
         self.log_start_offset = max(self.log_start_offset, following.base_offset)
         for segment in segments:
             self.segments.remove(segment.base_offset)
@@ -892,6 +898,10 @@ class Log:
                 return
             if self.writable:
                 self.flush()
+                first = self.segments.first_segment
+                # A log whose oldest segment starts at (0, 0) lost nothing: no file.
+                if first is not None and (first.base_offset, first.extension_start) != (0, 0):
+                    self._checkpoint_extension_start(first)
                 for _due, segment in self._pending_deletes:
                     segment.delete_if_exists()
                 self._pending_deletes.clear()
@@ -900,6 +910,16 @@ class Log:
             for path in self._scratch_dirs:
                 shutil.rmtree(path, ignore_errors=True)
             self._closed = True
+
+    def _checkpoint_extension_start(self, first: LogSegment) -> None:
+        # The units before the oldest segment are in no log once retention deleted its
+        # predecessors: this file is what a rebuild of its extension index starts from.
+        if self.extension is not None:
+            write_extension_start_checkpoint(
+                self.dir / self.extension.start_checkpoint_name,
+                first.base_offset,
+                first.extension_start,
+            )
 
     def _check(self) -> None:
         """Assert every invariant (for tests)."""

@@ -10,7 +10,8 @@ Writable open, in order:
 3. After an unclean shutdown, re-validate every segment from the one holding the
    recovery point, batch by batch; truncate at the first partial or invalid batch and
    delete all later segments (their data cannot be trusted to follow on).
-4. Make room in the active segment's indexes; derive the log end offset.
+4. Settle each segment's extension units (see ``_load_extensions``).
+5. Make room in the active segment's indexes; derive the log end offset.
 
 A read-only open changes no file: stale temporaries are ignored, indexes that need a
 rebuild are rebuilt in a private scratch directory, and an invalid tail is hidden from
@@ -26,8 +27,9 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .checkpoint import read_extension_start_checkpoint
 from .clock import Clock
-from .errors import CorruptIndexError, StorageError
+from .errors import CorruptCheckpointError, CorruptIndexError, StorageError
 from .extension_index import ExtensionIndex, ExtensionIndexSpec
 from .file_names import (
     CLEANED_FILE_SUFFIX,
@@ -97,7 +99,14 @@ def load_log(
     now = clock.milliseconds()
     segments = LogSegments()
     scratch: list[Path] = []
+    # Segments whose extension index file did not exist: their start is unknown (an
+    # index created empty now would read as "starts at 0").
+    extension_missing: set[int] = set()
     for base_offset in _segment_base_offsets(directory):
+        if extension is not None and not (
+            extension_index_file(directory, base_offset, extension.suffix).exists()
+        ):
+            extension_missing.add(base_offset)
         segment = _open_segment(directory, base_offset, config, now, writable, scratch, extension)
         segments.add(segment)
 
@@ -123,7 +132,11 @@ def load_log(
             segments.add(LogSegment.open(directory, start, config, now, extension_spec=extension))
         else:
             segments.add(_empty_scratch_segment(start, config, now, scratch, extension))
-    _load_extensions(segments.values(), config, writable, scratch)
+    if extension is not None:
+        checkpoint = _extension_start_checkpoint(directory / extension.start_checkpoint_name)
+        _load_extensions(
+            segments.values(), config, writable, scratch, extension_missing, checkpoint
+        )
     active = segments.last_segment
     assert active is not None
     if writable:
@@ -144,13 +157,29 @@ def load_log(
     return LoadedLog(segments, log_start_offset, recovery_point, next_offset, scratch)
 
 
+def _extension_start_checkpoint(path: Path) -> tuple[int, int] | None:
+    # A hint like the indexes: a corrupt one is ignored (the log still opens), and the
+    # next retention or close replaces it.
+    try:
+        return read_extension_start_checkpoint(path)
+    except CorruptCheckpointError as exc:
+        logger.warning("%s: ignoring %s", path.parent.name, exc)
+        return None
+
+
 def _load_extensions(
-    segments: list[LogSegment], config: LogConfig, writable: bool, scratch: list[Path]
+    segments: list[LogSegment],
+    config: LogConfig,
+    writable: bool,
+    scratch: list[Path],
+    missing: set[int],
+    checkpoint: tuple[int, int] | None,
 ) -> None:
     # Each segment's extension index must start where the previous one ends; one that
     # is missing, corrupt or out of step is rebuilt from its log (in scratch space for
-    # a reader), starting at the previous segment's end.
-    expected: int | None = None
+    # a reader), starting at the previous segment's end. The oldest segment has no
+    # previous one: see ``_oldest_extension_start``.
+    expected = _oldest_extension_start(segments, missing, checkpoint)
     for segment in segments:
         extension = segment.extension
         if extension is None:
@@ -166,6 +195,55 @@ def _load_extensions(
         else:
             segment.write_extension_entry0()
         expected = segment.extension_end
+
+
+def _oldest_extension_start(
+    segments: list[LogSegment], missing: set[int], checkpoint: tuple[int, int] | None
+) -> int | None:
+    """The units at the start of the oldest segment, or None to trust its own index.
+
+    The units before the oldest retained segment went with the segments retention
+    deleted, so its log alone cannot say where it starts. In order of trust: the
+    extension-start checkpoint when it names this segment (written by retention before
+    the segments go, and on close); the segment's own index when its file existed;
+    else the first later segment that the checkpoint names or whose index file existed
+    with an entry 0, minus the units the segments before it measure (Kafka keeps its
+    log start offset the same way: durable state, not a scan). None when nothing is
+    left (a log that never lost a segment starts at 0, which is what its index says).
+
+    Cost: ``measure`` of every batch of the segments before that later one (only when
+    the oldest segment's index file was missing).
+    """
+    if not segments:
+        return None
+    if checkpoint is not None and checkpoint[0] == segments[0].base_offset:
+        return checkpoint[1]
+    if segments[0].base_offset not in missing:
+        return None
+    for k, segment in enumerate(segments[1:], start=1):
+        if checkpoint is not None and checkpoint[0] == segment.base_offset:
+            anchor = checkpoint[1]
+        elif segment.extension is not None and segment.base_offset not in missing:
+            anchor = segment.extension.first_units
+            if anchor < 0:
+                continue  # no entry 0 (it reads as none when it is (base, 0))
+        else:
+            continue
+        spec = segment.extension_spec
+        assert spec is not None
+        before = sum(spec.measure(batch) for older in segments[:k] for batch in older.batches())
+        if before > anchor:
+            logger.warning(
+                "%s: the extension index of segment %d starts at %d, below the %d units "
+                "of the segments before it; rebuilding from 0",
+                segment.path.parent.name,
+                segment.base_offset,
+                anchor,
+                before,
+            )
+            return None
+        return anchor - before
+    return None
 
 
 def _segment_base_offsets(directory: Path) -> list[int]:
@@ -391,7 +469,10 @@ def refresh_segments(
         for segment in refreshed:
             if not segment.load_extension(expected):
                 _use_scratch_extension(segment, config, scratch)
-                segment.rebuild_extension(expected if expected is not None else 0)
+                # The oldest segment keeps the start it was loaded with (its units
+                # before it are not in any log).
+                start = expected if expected is not None else segment.extension_start
+                segment.rebuild_extension(start)
             expected = segment.extension_end
     active = segments.last_segment
     assert active is not None

@@ -15,7 +15,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
@@ -168,11 +167,6 @@ class PositionMachine(RuleBasedStateMachine):
         log._check()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine: a rebuilt position index of the oldest retained segment starts at 0, "
-    "not at the units before it (lost with the deleted segments)",
-)
 def test_positions_survive_a_rebuild_after_retention(tmp_path: Path) -> None:
     # Found by PositionMachine: retention deletes the first segment, the position index
     # files go missing, and the reopened log must still end at the same position.
