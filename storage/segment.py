@@ -173,6 +173,16 @@ class LogSegment:
                 index.close_handler()
             log.close()
             raise
+        if not writable:
+            # The order is important: a reader's log size is taken after its indexes
+            # counted their entries. The writer (maybe another process, appending
+            # meanwhile) writes a batch's log bytes before its index entries, and a
+            # read-only index counts its valid prefix with ``pread`` of the shared page
+            # cache, where the writer's mmap stores land: every entry counted names bytes
+            # the log file already held, so this fstat sees them. A size taken at the
+            # log's open could end before a batch an entry names, and the indexes would
+            # look corrupt (``indexes_plausible``) for no reason.
+            log.refresh_size()
         return cls(
             log,
             offset_index,
@@ -684,7 +694,9 @@ class LogSegment:
         """Close files. A writable segment first gets Kafka's final time-index entry
         (its max timestamp) and its indexes are trimmed, so closed files equal Kafka's."""
         try:
-            if self.time_index.writable and not self.time_index.closed:
+            # Only the owner seals its segment; a reader's writable indexes are scratch
+            # copies (deleted with the log), maybe trimmed to their entries already.
+            if self.log.writable and self.time_index.writable and not self.time_index.closed:
                 try:
                     self._append_final_time_entry()
                 except (StorageError, OSError) as exc:
