@@ -914,12 +914,18 @@ class Log:
     def _checkpoint_extension_start(self, first: LogSegment) -> None:
         # The units before the oldest segment are in no log once retention deleted its
         # predecessors: this file is what a rebuild of its extension index starts from.
-        if self.extension is not None:
+        # A failed write must not stop retention (a full disk is when it matters most):
+        # the segment's own index still holds its start, and close writes again.
+        if self.extension is None:
+            return
+        try:
             write_extension_start_checkpoint(
                 self.dir / self.extension.start_checkpoint_name,
                 first.base_offset,
                 first.extension_start,
             )
+        except OSError as exc:
+            logger.warning("%s: extension start not checkpointed: %s", self.dir.name, exc)
 
     def _check(self) -> None:
         """Assert every invariant (for tests)."""

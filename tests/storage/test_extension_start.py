@@ -9,12 +9,14 @@ segment's intact index (its entry 0, minus what the segments before it measure).
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+import storage.checkpoint
 from storage import Log
 from storage.checkpoint import read_extension_start_checkpoint, write_extension_start_checkpoint
 from storage.errors import CorruptCheckpointError
@@ -171,3 +173,27 @@ def test_checkpoint_round_trip_and_malformed_files(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot be written"):
         write_extension_start_checkpoint(path, 1, -5)
     assert path.read_bytes() == b"\xff"  # refused before the old file was replaced
+
+
+def test_retention_goes_on_when_the_checkpoint_cannot_be_written(
+    log_dir: Path,
+    clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A full disk is when retention matters most: the checkpoint is a hint like the
+    # indexes, so a failed write is logged and the segments still go.
+    log, values = filled_log(log_dir, clock)
+
+    def disk_full(path: Path, data: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(storage.checkpoint, "write_atomically", disk_full)
+    retain_from(log, 40)
+    assert log.log_start_offset > 0
+    assert "extension start not checkpointed" in caplog.text
+    assert not (log.dir / CHECKPOINT).exists()
+    monkeypatch.undo()
+    assert_floors_exact(log, values, first_offset=log.log_start_offset)
+    log.close()
+    assert (log.dir / CHECKPOINT).exists()  # close wrote it
