@@ -27,10 +27,13 @@ from .compression import decompress
 from .errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from .record import CompressionType, Record, TimestampType
 from .record_columns import (
+    PackedColumns,
     RecordColumns,
     columns_from_records,
+    decode_packed_columns,
     decode_plain_values,
     decode_record_columns,
+    pack_columns,
 )
 
 LOG_OVERHEAD = 12
@@ -92,6 +95,9 @@ class RecordBatch(Protocol):
     def columns(
         self, start_offset: int | None = None, end_offset: int | None = None
     ) -> RecordColumns: ...
+    def packed_columns(
+        self, start_offset: int | None = None, end_offset: int | None = None
+    ) -> PackedColumns: ...
     def to_bytes(self) -> bytes: ...
 
 
@@ -252,6 +258,33 @@ class DefaultRecordBatch:
         except CorruptRecordError as exc:
             raise CorruptRecordError(exc.reason, position=self.position) from None
 
+    def packed_columns(
+        self, start_offset: int | None = None, end_offset: int | None = None
+    ) -> PackedColumns:
+        """``columns(start_offset, end_offset)`` with the values and keys each packed
+        into one buffer (``PackedColumns``): for bulk consumers that copy them whole
+        (the Spark source's Arrow arrays). A plain batch (see ``plain_values``) is
+        packed straight from its records, with no object per record.
+
+        Raises:
+            CorruptRecordError: as ``columns()``.
+            OverflowError: the values or keys of the range total 2 GiB or more.
+        """
+        data, pos, end = self._records_bytes()
+        ts_type = self.timestamp_type
+        append_time = self.max_timestamp if ts_type is TimestampType.LOG_APPEND_TIME else None
+        try:
+            return decode_packed_columns(
+                data, pos, end, self.records_count, self.base_offset, self.base_timestamp,
+                ts_type, append_time, start_offset, end_offset,
+            )  # fmt: skip
+        except (IndexError, UnicodeDecodeError) as exc:
+            raise CorruptRecordError(
+                f"record does not parse: {exc}", position=self.position
+            ) from exc
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(exc.reason, position=self.position) from None
+
     def plain_values(self) -> list[bytes] | None:
         """The values, when every record is plain: no key, no headers, the batch's
         timestamp, offsets ``base_offset`` on without gaps, a value under 8 KiB (the
@@ -381,6 +414,14 @@ class LegacyRecordBatch:
         if start_offset is None and end_offset is None:
             return columns
         return columns.slice(-1 if start_offset is None else start_offset, end_offset)
+
+    def packed_columns(
+        self, start_offset: int | None = None, end_offset: int | None = None
+    ) -> PackedColumns:
+        """``columns(start_offset, end_offset)`` with values and keys packed (as
+        ``DefaultRecordBatch.packed_columns``); legacy messages decode one by one, so
+        this is that decode and a pack. Raises as ``columns()``, and OverflowError."""
+        return pack_columns(self.columns(start_offset, end_offset))
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())

@@ -24,13 +24,15 @@ from functools import partial
 from itertools import repeat
 from typing import Final
 
-from mypy_extensions import i64
+from librt.strings import BytesWriter, read_i32_le, write_i32_le
+from mypy_extensions import i32, i64
 
 from .errors import CorruptRecordError
 from .record import Header, Record, TimestampType
 from .varint import decode_varint
 
 _new_record = partial(tuple.__new__, Record)  # Record(...) without the Python-level __new__
+_MAX_PACKED: Final = 0x7FFFFFFF  # int32 bounds, as an Arrow ``binary`` column has
 
 
 class RecordColumns:
@@ -121,6 +123,162 @@ class RecordColumns:
         )
 
 
+class PackedBinary:
+    """A column of byte strings (values or keys) packed into one buffer, the layout of
+    an Arrow ``binary`` array, so a bulk consumer wraps it without copying.
+
+    ``bounds`` holds ``len() + 1`` int32 little-endian positions, the first 0: entry
+    ``i`` of the column is ``data[bound(i):bound(i + 1)]``. ``nulls`` lists the indexes
+    of the null entries (an empty range in ``data``), or is None when there is none,
+    which tells a null from an empty value. The attributes are ``Final``.
+    """
+
+    __slots__ = ("bounds", "data", "nulls")
+
+    def __init__(self, data: bytes, bounds: bytes, nulls: list[int] | None) -> None:
+        self.data: Final = data
+        self.bounds: Final = bounds
+        self.nulls: Final = nulls
+
+    def __len__(self) -> int:
+        return len(self.bounds) // 4 - 1
+
+    def to_list(self) -> list[bytes | None]:
+        """The entries as ``bytes`` (None for a null). Cost: one object per entry."""
+        data = self.data
+        bounds = self.bounds
+        result: list[bytes | None] = []
+        start: i64 = 0
+        for i in range(len(self)):
+            stop: i64 = i64(read_i32_le(bounds, (i + 1) * 4))
+            result.append(data[start:stop])
+            start = stop
+        if self.nulls is not None:
+            for i in self.nulls:
+                result[i] = None
+        return result
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PackedBinary):
+            return NotImplemented
+        return self.data == other.data and self.bounds == other.bounds and self.nulls == other.nulls
+
+    __hash__ = None  # type: ignore[assignment]  # as RecordColumns
+
+    def __repr__(self) -> str:
+        return f"PackedBinary(data={self.data!r}, bounds={self.bounds!r}, nulls={self.nulls!r})"
+
+
+class PackedColumns:
+    """The records of one batch (or of an offset range of it) as ``RecordColumns``,
+    but with the values, and the keys, each packed into one ``PackedBinary``:
+    ``keys`` is None when every key is null. The attributes are ``Final``.
+    """
+
+    __slots__ = ("headers", "keys", "offsets", "timestamp_type", "timestamps", "values")
+
+    def __init__(
+        self,
+        offsets: Sequence[int],
+        timestamps: Sequence[int],
+        keys: PackedBinary | None,
+        values: PackedBinary,
+        headers: Sequence[tuple[Header, ...]],
+        timestamp_type: TimestampType,
+    ) -> None:
+        self.offsets: Final = offsets
+        self.timestamps: Final = timestamps
+        self.keys: Final = keys
+        self.values: Final = values
+        self.headers: Final = headers
+        self.timestamp_type: Final = timestamp_type
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def unpacked(self) -> RecordColumns:
+        """The same records as ``RecordColumns``. Cost: one object per value and key."""
+        n = len(self.offsets)
+        return RecordColumns(
+            self.offsets,
+            self.timestamps,
+            [None] * n if self.keys is None else self.keys.to_list(),
+            self.values.to_list(),
+            self.headers,
+            self.timestamp_type,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PackedColumns):
+            return NotImplemented
+        return (
+            self.offsets == other.offsets
+            and self.timestamps == other.timestamps
+            and self.keys == other.keys
+            and self.values == other.values
+            and self.headers == other.headers
+            and self.timestamp_type == other.timestamp_type
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedColumns(offsets={self.offsets!r}, timestamps={self.timestamps!r}, "
+            f"keys={self.keys!r}, values={self.values!r}, headers={self.headers!r}, "
+            f"timestamp_type={self.timestamp_type!r})"
+        )
+
+
+def pack_binary(column: Sequence[bytes | None]) -> PackedBinary:
+    """``column`` packed into one buffer. Cost: O(entries + bytes).
+
+    Raises:
+        OverflowError: the entries total 2 GiB or more (beyond int32 bounds).
+    """
+    entries = column if isinstance(column, list) else list(column)
+    parts: list[bytes] = []
+    bounds = BytesWriter()
+    write_i32_le(bounds, 0)
+    nulls: list[int] | None = None
+    total: i64 = 0
+    for i in range(len(entries)):
+        entry = entries[i]
+        if entry is None:
+            if nulls is None:
+                nulls = []
+            nulls.append(i)
+        else:
+            parts.append(entry)
+            total += len(entry)
+            if total > _MAX_PACKED:
+                raise OverflowError("a packed column holds under 2 GiB")
+        write_i32_le(bounds, i32(total))
+    return PackedBinary(b"".join(parts), bounds.getvalue(), nulls)
+
+
+def pack_columns(columns: RecordColumns) -> PackedColumns:
+    """``columns`` with their values and keys packed. Cost: O(records + bytes).
+
+    Raises:
+        OverflowError: as ``pack_binary``.
+    """
+    keys = columns.keys
+    any_key = False
+    for key in keys if isinstance(keys, list) else list(keys):
+        if key is not None:
+            any_key = True
+            break
+    return PackedColumns(
+        columns.offsets,
+        columns.timestamps,
+        pack_binary(keys) if any_key else None,
+        pack_binary(columns.values),
+        columns.headers,
+        columns.timestamp_type,
+    )
+
+
 def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
     # The slow path: varints of three bytes or more (values of 8 KiB and up), unsigned.
     shift = 0
@@ -169,6 +327,29 @@ def decode_record_columns(
             wrong, or bytes are left over.
         IndexError: the records run past ``data`` (callers convert it).
     """
+    columns = _decode_columns(
+        data, pos, end, count, base_offset, base_timestamp,
+        timestamp_type, append_time, start_offset, end_offset, False,
+    )  # fmt: skip
+    assert isinstance(columns, RecordColumns)
+    return columns
+
+
+def _decode_columns(
+    data: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    timestamp_type: TimestampType,
+    append_time: int | None,
+    start_offset: int | None,
+    end_offset: int | None,
+    pack: bool,
+) -> RecordColumns | PackedColumns:
+    """``decode_record_columns``, or with ``pack`` ``decode_packed_columns``: one loop,
+    whose only difference is where a value or key goes (a list, or a packed buffer)."""
     # The hot loop of every read. Varints of one and two bytes are decoded inline:
     # every field of a typical record is one, and a call per field would double the
     # cost. Columns that stay constant are only materialised once a record differs.
@@ -181,12 +362,26 @@ def decode_record_columns(
     stop_delta = 1 << 32  # offset deltas are int32: none reaches it
     if end_offset is not None:
         stop_delta = max(min(end_offset - base_offset, stop_delta), 0)
-    values: list[bytes | None] = []
+    values: list[bytes | None] | None = None
     keys: list[bytes | None] | None = None
+    # Packed: values (and keys) written to one buffer each, with their int32 bounds
+    # and the indexes of their nulls (None until the first).
+    packed_values = BytesWriter()
+    value_bounds = BytesWriter()
+    value_nulls: list[int] | None = None
+    packed_keys: BytesWriter | None = None
+    key_bounds = BytesWriter()
+    key_nulls: list[int] = []
+    if pack:
+        write_i32_le(value_bounds, 0)
+    else:
+        values = []
     offset_deltas: list[int] | None = None
     ts_deltas: list[int] | None = None
     headers: list[tuple[Header, ...]] | None = None
-    start, pos = _decode_plain_values(data, pos, end, first, min(count, stop_delta), values)
+    start, pos = _decode_plain_values(
+        data, pos, end, first, min(count, stop_delta), values, packed_values, value_bounds
+    )
     stopped = False
     for i in range(start, count):
         record_start = pos
@@ -249,14 +444,28 @@ def decode_record_columns(
             pos += 1
             if keys is not None:
                 keys.append(None)
+            elif packed_keys is not None:
+                key_nulls.append(decoded)
+                write_i32_le(key_bounds, i32(len(packed_keys)))
         else:
-            if keys is None:
-                keys = [None] * decoded
             u, pos = _uvarint(data, pos)
             if u & 1:
                 raise CorruptRecordError(f"invalid key length {(u >> 1) ^ -(u & 1)}")
             n = u >> 1
-            keys.append(data[pos : pos + n])
+            if pack:
+                if packed_keys is None:  # the first key: the records before had none
+                    packed_keys = BytesWriter()
+                    for _ in range(decoded + 1):
+                        write_i32_le(key_bounds, 0)
+                    key_nulls = list(range(decoded))
+                packed_keys.write(data[pos : pos + n])
+                if len(packed_keys) > _MAX_PACKED:
+                    raise OverflowError("a packed column holds under 2 GiB")
+                write_i32_le(key_bounds, i32(len(packed_keys)))
+            else:
+                if keys is None:
+                    keys = [None] * decoded
+                keys.append(data[pos : pos + n])
             pos += n
         # value
         b = data[pos]
@@ -273,10 +482,22 @@ def decode_record_columns(
         if u & 1:
             if u != 1:
                 raise CorruptRecordError(f"invalid value length {(u >> 1) ^ -(u & 1)}")
-            values.append(None)
+            if values is not None:
+                values.append(None)
+            else:
+                if value_nulls is None:
+                    value_nulls = []
+                value_nulls.append(decoded)
+                write_i32_le(value_bounds, i32(len(packed_values)))
         else:
             n = u >> 1
-            values.append(data[pos : pos + n])
+            if values is not None:
+                values.append(data[pos : pos + n])
+            else:
+                packed_values.write(data[pos : pos + n])
+                if len(packed_values) > _MAX_PACKED:
+                    raise OverflowError("a packed column holds under 2 GiB")
+                write_i32_le(value_bounds, i32(len(packed_values)))
             pos += n
         # headers
         if data[pos] == 0:
@@ -293,7 +514,7 @@ def decode_record_columns(
     if not stopped and pos != end:
         raise CorruptRecordError(f"{end - pos} bytes after the last of {count} records")
 
-    n = len(values)
+    n = len(values) if values is not None else len(value_bounds) // 4 - 1
     offsets: Sequence[int]
     if offset_deltas is None:
         offsets = range(base_offset + first, base_offset + first + n)
@@ -306,6 +527,17 @@ def decode_record_columns(
         timestamps = [base_timestamp] * n
     else:
         timestamps = [base_timestamp + delta for delta in ts_deltas]
+    if values is None:
+        return PackedColumns(
+            offsets,
+            timestamps,
+            None
+            if packed_keys is None
+            else PackedBinary(packed_keys.getvalue(), key_bounds.getvalue(), key_nulls or None),
+            PackedBinary(packed_values.getvalue(), value_bounds.getvalue(), value_nulls),
+            headers if headers is not None else [()] * n,
+            timestamp_type,
+        )
     return RecordColumns(
         offsets,
         timestamps,
@@ -337,6 +569,36 @@ def decode_plain_values(data: bytes, pos: int, end: int, count: int) -> list[byt
     if decoded != count or pos != end:
         return None
     return values  # type: ignore[return-value]  # a plain record's value is never null
+
+
+def decode_packed_columns(
+    data: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    timestamp_type: TimestampType,
+    append_time: int | None,
+    start_offset: int | None = None,
+    end_offset: int | None = None,
+) -> PackedColumns:
+    """``pack_columns(decode_record_columns(...))`` with the same arguments, without a
+    Python object per value or key: each is copied straight from ``data`` into its
+    packed buffer. Records before and after the range, and malformed ones, are treated
+    exactly as ``decode_record_columns`` treats them.
+
+    Cost: as ``decode_record_columns``, each value and key copied once.
+
+    Raises:
+        as ``decode_record_columns``; OverflowError as ``pack_binary``.
+    """
+    columns = _decode_columns(
+        data, pos, end, count, base_offset, base_timestamp,
+        timestamp_type, append_time, start_offset, end_offset, True,
+    )  # fmt: skip
+    assert isinstance(columns, PackedColumns)
+    return columns
 
 
 def _skip_records(
@@ -407,11 +669,23 @@ def _skip_records(
 
 
 def _decode_plain_values(
-    data: bytes, pos: i64, end: i64, first: i64, count: i64, values: list[bytes | None]
+    data: bytes,
+    pos: i64,
+    end: i64,
+    first: i64,
+    count: i64,
+    values: list[bytes | None] | None,
+    packed: BytesWriter | None = None,
+    bounds: BytesWriter | None = None,
 ) -> tuple[int, int]:
     """Append the values of the run of plain records from record ``first`` (at ``pos``)
     up to record ``count`` (excluded) to ``values``; return the index of the record
     after the run and where it starts.
+
+    With ``values`` None, each value is written to ``packed`` instead and the running
+    length of ``packed`` after it to ``bounds`` (int32 little-endian): the packed
+    decoder's loop, the same checks. A run is under 8192 values of under 8 KiB each,
+    so its lengths fit an int32.
 
     A plain record is what a producer of lines writes: no key, no headers, the
     batch's timestamp, the next offset, a value under 8 KiB. Its bytes are fixed but
@@ -467,7 +741,12 @@ def _decode_plain_values(
         value_end = p + (b >> 1)
         if b & 1 or value_end + 1 != record_end or data[value_end]:  # null value, headers
             break
-        values.append(data[p:value_end])
+        if values is not None:
+            values.append(data[p:value_end])
+        elif packed is not None and bounds is not None:
+            # The slice is freed at once: no object outlives its record.
+            packed.write(data[p:value_end])
+            write_i32_le(bounds, i32(len(packed)))
         pos = record_end
         i += 1
     return i, pos

@@ -20,14 +20,17 @@ even when the log holds one-record batches (legacy messages, a producer of singl
 lines); 1024-row batches cost Spark's Python worker 0.4 s more per 10^7 rows than
 8192-row ones, and 65536 rows gain nothing (measured with a source yielding ready-made
 batches). Each engine batch becomes Arrow arrays by one C call per column, so no
-Python object is made per row beyond the engine's decoded values: a run of contiguous
-offsets is one ``arange``, a batch with one timestamp one ``full``, columns with no keys
-or headers nulls, and the columns constant across a partition (topic, partition, one
-timestamp type) slices of one array.
+Python object is made per row: the engine packs the values (and keys) of a large batch
+into one buffer with int32 bounds (``PackedColumns``), the layout of an Arrow ``binary``
+array, which is wrapped without a copy; a run of contiguous offsets is one ``arange``,
+a batch with one timestamp one ``full``, columns with no keys or headers nulls, and the
+columns constant across a partition (topic, partition, one timestamp type) slices of
+one array.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from functools import cache
 from typing import Final
@@ -47,6 +50,7 @@ from pyspark.sql.types import (
 )
 
 from storage import Header, RecordColumns
+from storage.record_columns import PackedBinary, PackedColumns
 
 SCHEMA_DDL: Final = (
     "key binary, value binary, topic string, partition int, offset bigint, "
@@ -90,9 +94,12 @@ class ArrowBatcher:
     """Accumulates the engine's column batches of one topic-partition and emits Arrow
     record batches of about ``rows`` rows.
 
-    An engine batch of ``SMALL_BATCH_ROWS`` rows or more becomes Arrow arrays at once
-    (one C call per column: the decoded ``bytes`` of its values are released right
-    away, and no Python list of all the pending rows is built); smaller ones (legacy
+    Packed columns (``PackedColumns``, what the reader asks the engine for when a
+    batch has ``SMALL_BATCH_ROWS`` records or more) become Arrow arrays at once, their
+    value and key buffers wrapped as they are. An engine batch of ``SMALL_BATCH_ROWS``
+    rows or more in ``RecordColumns`` also becomes Arrow arrays at once (one C call per
+    column: the decoded ``bytes`` of its values are released right away, and no Python
+    list of all the pending rows is built); smaller ones (legacy
     messages, line-by-line producers) are gathered in lists first, as one Arrow call per
     column per batch would cost more than their rows. ``flush`` concatenates the pieces
     (a copy of the bytes, no Python object per row). Offsets are kept as ranges while
@@ -133,7 +140,7 @@ class ArrowBatcher:
     def __len__(self) -> int:
         return self._rows
 
-    def add(self, columns: RecordColumns) -> pa.RecordBatch | None:
+    def add(self, columns: RecordColumns | PackedColumns) -> pa.RecordBatch | None:
         """Add one engine batch; return an Arrow batch once ``rows`` rows are pending.
 
         Cost: O(records) in C calls (Arrow, numpy, list extends), plus O(1) Python
@@ -148,9 +155,18 @@ class ArrowBatcher:
             self._types[-1][1] += n
         else:
             self._types.append([timestamp_type, n])
-        if n >= SMALL_BATCH_ROWS:
+        if isinstance(columns, PackedColumns):
             self._seal_small()
-            self._add_piece(columns.values, columns.keys, columns.timestamps, columns.headers)
+            keys = columns.keys
+            self._add_piece(
+                _binary_array(columns.values),
+                n if keys is None else _binary_array(keys),
+                columns.timestamps,
+                columns.headers,
+            )
+        elif n >= SMALL_BATCH_ROWS:
+            self._seal_small()
+            self._add_lists(columns.values, columns.keys, columns.timestamps, columns.headers)
         else:
             self._small_values += columns.values
             self._small_keys += columns.keys
@@ -172,7 +188,7 @@ class ArrowBatcher:
         else:
             self._offsets.append(np.array(offsets, dtype=np.int64))
 
-    def _add_piece(
+    def _add_lists(
         self,
         values: Sequence[bytes | None],
         keys: Sequence[bytes | None],
@@ -181,8 +197,24 @@ class ArrowBatcher:
     ) -> None:
         n = len(values)
         binary = pa.binary()
-        self._values.append(pa.array(values, binary))
-        self._keys.append(n if keys.count(None) == n else pa.array(keys, binary))
+        self._add_piece(
+            pa.array(values, binary),
+            n if keys.count(None) == n else pa.array(keys, binary),
+            timestamps,
+            headers,
+        )
+
+    def _add_piece(
+        self,
+        values: pa.Array,
+        keys: pa.Array | int,
+        timestamps: Sequence[int],
+        headers: Sequence[tuple[Header, ...]],
+    ) -> None:
+        """Add the rows of one piece: ``keys`` an int stands for that many nulls."""
+        n = len(values)
+        self._values.append(values)
+        self._keys.append(keys)
         # A producer's batch often has one timestamp for all its records: checking
         # that (a C loop) is cheaper than converting every int.
         first = timestamps[0]
@@ -199,7 +231,7 @@ class ArrowBatcher:
 
     def _seal_small(self) -> None:
         if self._small_values:
-            self._add_piece(
+            self._add_lists(
                 self._small_values, self._small_keys, self._small_timestamps, self._small_headers
             )
             self._small_values = []
@@ -248,6 +280,28 @@ class ArrowBatcher:
         return array if len(array) == n else array.slice(0, n)
 
 
+def _binary_array(column: PackedBinary) -> pa.Array:
+    """The packed column as an Arrow ``binary`` array over the same buffers (no copy:
+    Arrow keeps the ``bytes`` objects alive). Cost: O(1), or O(entries) in numpy for
+    the validity bitmap when there are nulls."""
+    n = len(column)
+    bounds = column.bounds
+    if sys.byteorder == "big":  # the engine writes little-endian bounds
+        bounds = np.frombuffer(bounds, dtype="<i4").astype(np.int32).tobytes()
+    validity = None
+    nulls = column.nulls
+    if nulls is not None:
+        valid = np.ones(n, dtype=np.bool_)
+        valid[nulls] = False
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [validity, pa.py_buffer(bounds), pa.py_buffer(column.data)],
+        null_count=0 if nulls is None else len(nulls),
+    )
+
+
 def _concat_numpy(pieces: list[np.ndarray]) -> np.ndarray:
     # A fresh array either way: the caller scales it in place.
     return pieces[0].copy() if len(pieces) == 1 else np.concatenate(pieces)
@@ -267,7 +321,7 @@ def _concat_nullable(pieces: list[pa.Array | int], type_: pa.DataType, n: int) -
 def arrow_batches(
     topic: str,
     partition: int,
-    columns: Iterator[RecordColumns],
+    columns: Iterator[RecordColumns | PackedColumns],
     *,
     include_headers: bool,
     rows: int = ROWS_PER_ARROW_BATCH,

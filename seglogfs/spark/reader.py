@@ -44,14 +44,17 @@ from pyspark.sql.datasource import (
 )
 
 from storage import (
+    DefaultRecordBatch,
     LogManager,
     OffsetOutOfRangeError,
+    RecordBatch,
     RecordColumns,
     StorageError,
     UnknownTopicError,
 )
+from storage.record_columns import PackedColumns
 
-from .arrow import arrow_batches
+from .arrow import SMALL_BATCH_ROWS, arrow_batches
 from .errors import DataLossError, OptionError
 from .options import (
     PartitionOffsets,
@@ -157,8 +160,9 @@ def shared_manager(log_dir: str) -> LogManager:
 
 def engine_columns(
     manager: LogManager, r: OffsetRange, *, fail_on_data_loss: bool
-) -> Iterator[RecordColumns]:
-    """The columns of every consumer-visible record of ``r``, one engine batch at a time.
+) -> Iterator[RecordColumns | PackedColumns]:
+    """The columns of every consumer-visible record of ``r``, one engine batch at a time
+    (see ``_columns`` for which are packed).
 
     Control batches (transaction markers) are skipped, as a Kafka consumer skips them;
     compaction gaps are simply absent. Records removed by retention before or while
@@ -208,9 +212,7 @@ def engine_columns(
                 if batch.is_control:
                     start = batch.next_offset
                     continue
-                columns = batch.columns()
-                if batch.base_offset < start or batch.last_offset >= end:
-                    columns = columns.slice(start, end)
+                columns = _columns(batch, start, end)
                 start = batch.next_offset
                 if len(columns):
                     yield columns
@@ -219,6 +221,27 @@ def engine_columns(
             # Retention moved the log start past ``start`` between the check and the
             # read: the loop reports it (or skips ahead) like any other loss.
             continue
+
+
+def _columns(batch: RecordBatch, start: int, end: int) -> RecordColumns | PackedColumns:
+    """The records of ``batch`` with ``start <= offset < end``.
+
+    A v2 batch of ``SMALL_BATCH_ROWS`` records or more comes packed (its values and
+    keys in one buffer each, no Python object per record: Arrow wraps the buffers);
+    smaller batches come as ``RecordColumns``, which the batcher gathers in lists, as a
+    few Arrow calls per batch would cost more than their rows.
+    """
+    first = start if batch.base_offset < start else None
+    stop = end if batch.last_offset >= end else None
+    if isinstance(batch, DefaultRecordBatch) and batch.records_count >= SMALL_BATCH_ROWS:
+        try:
+            return batch.packed_columns(first, stop)
+        except OverflowError:  # 2 GiB of values in one batch: beyond int32 bounds
+            pass
+    columns = batch.columns()
+    if first is not None or stop is not None:
+        columns = columns.slice(start, end)
+    return columns
 
 
 def read_offset_range(

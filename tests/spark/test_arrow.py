@@ -11,14 +11,18 @@ from hypothesis import strategies as st
 
 from seglogfs.spark.arrow import SMALL_BATCH_ROWS, arrow_batches, arrow_schema
 from storage import Header, RecordColumns, TimestampType
+from storage.record_columns import PackedColumns, pack_columns
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def _expected_rows(columns: list[RecordColumns], include_headers: bool) -> list[dict[str, Any]]:
+def _expected_rows(
+    columns: list[RecordColumns | PackedColumns], include_headers: bool
+) -> list[dict[str, Any]]:
     """What each record must become, built record by record from the columns."""
     rows = []
-    for c in columns:
+    for packed_or_not in columns:
+        c = packed_or_not.unpacked() if isinstance(packed_or_not, PackedColumns) else packed_or_not
         for i in range(len(c)):
             row: dict[str, Any] = {
                 "key": c.keys[i],
@@ -37,12 +41,13 @@ def _expected_rows(columns: list[RecordColumns], include_headers: bool) -> list[
 
 
 @st.composite
-def engine_batches(draw: st.DrawFn) -> list[RecordColumns]:
+def engine_batches(draw: st.DrawFn) -> list[RecordColumns | PackedColumns]:
     """Engine batches of every shape the batcher tells apart: below and above
     ``SMALL_BATCH_ROWS``, contiguous offsets (a range) or offsets with compaction gaps
     (a list), keyless or keyed, with and without headers, null values, one or varied
-    timestamps, and the three timestamp types."""
-    batches = []
+    timestamps, the three timestamp types, and as lists or packed (``PackedColumns``,
+    whose nulls are a validity bitmap in Arrow)."""
+    batches: list[RecordColumns | PackedColumns] = []
     offset = draw(st.integers(0, 1000))
     for _ in range(draw(st.integers(0, 6))):
         n = draw(st.sampled_from([1, 2, 7, SMALL_BATCH_ROWS - 1, SMALL_BATCH_ROWS, 600]))
@@ -58,16 +63,15 @@ def engine_batches(draw: st.DrawFn) -> list[RecordColumns]:
             (("h", b"%d" % i), ("none", None)) if with_headers and i % 3 == 0 else ()
             for i in range(n)
         ]
-        batches.append(
-            RecordColumns(
-                offsets,
-                [base_time if one_time else base_time + 7 * i for i in range(n)],
-                [b"k%d" % i if with_keys and i % 2 else None for i in range(n)],
-                [None if null_values and i % 5 == 0 else b"v%d" % i for i in range(n)],
-                headers,
-                draw(st.sampled_from(list(TimestampType))),
-            )
+        columns = RecordColumns(
+            offsets,
+            [base_time if one_time else base_time + 7 * i for i in range(n)],
+            [b"k%d" % i if with_keys and i % 2 else None for i in range(n)],
+            [None if null_values and i % 5 == 0 else b"v%d" % i for i in range(n)],
+            headers,
+            draw(st.sampled_from(list(TimestampType))),
         )
+        batches.append(pack_columns(columns) if draw(st.booleans()) else columns)
     return batches
 
 
@@ -78,7 +82,7 @@ def engine_batches(draw: st.DrawFn) -> list[RecordColumns]:
     include_headers=st.booleans(),
 )
 def test_arrow_batches_hold_every_record_in_order(
-    batches: list[RecordColumns], rows: int, include_headers: bool
+    batches: list[RecordColumns | PackedColumns], rows: int, include_headers: bool
 ) -> None:
     out = list(arrow_batches("t", 3, iter(batches), include_headers=include_headers, rows=rows))
     schema = arrow_schema(include_headers)
