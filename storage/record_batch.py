@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 import crc32c
+from librt.strings import BytesWriter
 
 from . import legacy_record
 from .compression import decompress
@@ -96,7 +97,10 @@ class RecordBatch(Protocol):
         self, start_offset: int | None = None, end_offset: int | None = None
     ) -> RecordColumns: ...
     def packed_columns(
-        self, start_offset: int | None = None, end_offset: int | None = None
+        self,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        scratch: BytesWriter | None = None,
     ) -> PackedColumns: ...
     def to_bytes(self) -> bytes: ...
 
@@ -259,12 +263,16 @@ class DefaultRecordBatch:
             raise CorruptRecordError(exc.reason, position=self.position) from None
 
     def packed_columns(
-        self, start_offset: int | None = None, end_offset: int | None = None
+        self,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        scratch: BytesWriter | None = None,
     ) -> PackedColumns:
         """``columns(start_offset, end_offset)`` with the values and keys each packed
         into one buffer (``PackedColumns``): for bulk consumers that copy them whole
-        (the Spark source's Arrow arrays). A plain batch (see ``plain_values``) is
-        packed straight from its records, with no object per record.
+        (the Spark source's Arrow arrays), with no Python object per record.
+        ``scratch``: a writer to reuse from batch to batch (see
+        ``decode_packed_columns``).
 
         Raises:
             CorruptRecordError: as ``columns()``.
@@ -276,7 +284,7 @@ class DefaultRecordBatch:
         try:
             return decode_packed_columns(
                 data, pos, end, self.records_count, self.base_offset, self.base_timestamp,
-                ts_type, append_time, start_offset, end_offset,
+                ts_type, append_time, start_offset, end_offset, scratch,
             )  # fmt: skip
         except (IndexError, UnicodeDecodeError) as exc:
             raise CorruptRecordError(
@@ -416,11 +424,15 @@ class LegacyRecordBatch:
         return columns.slice(-1 if start_offset is None else start_offset, end_offset)
 
     def packed_columns(
-        self, start_offset: int | None = None, end_offset: int | None = None
+        self,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        scratch: BytesWriter | None = None,
     ) -> PackedColumns:
         """``columns(start_offset, end_offset)`` with values and keys packed (as
         ``DefaultRecordBatch.packed_columns``); legacy messages decode one by one, so
-        this is that decode and a pack. Raises as ``columns()``, and OverflowError."""
+        this is that decode and a pack (``scratch`` unused). Raises as ``columns()``,
+        and OverflowError."""
         return pack_columns(self.columns(start_offset, end_offset))
 
     def __iter__(self) -> Iterator[Record]:

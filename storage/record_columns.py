@@ -347,6 +347,7 @@ def _decode_columns(
     start_offset: int | None,
     end_offset: int | None,
     pack: bool,
+    scratch: BytesWriter | None = None,
 ) -> RecordColumns | PackedColumns:
     """``decode_record_columns``, or with ``pack`` ``decode_packed_columns``: one loop,
     whose only difference is where a value or key goes (a list, or a packed buffer)."""
@@ -366,7 +367,8 @@ def _decode_columns(
     keys: list[bytes | None] | None = None
     # Packed: values (and keys) written to one buffer each, with their int32 bounds
     # and the indexes of their nulls (None until the first).
-    packed_values = BytesWriter()
+    packed_values = BytesWriter() if scratch is None else scratch
+    packed_values.truncate(0)
     value_bounds = BytesWriter()
     value_nulls: list[int] | None = None
     packed_keys: BytesWriter | None = None
@@ -582,20 +584,29 @@ def decode_packed_columns(
     append_time: int | None,
     start_offset: int | None = None,
     end_offset: int | None = None,
+    scratch: BytesWriter | None = None,
 ) -> PackedColumns:
     """``pack_columns(decode_record_columns(...))`` with the same arguments, without a
     Python object per value or key: each is copied straight from ``data`` into its
     packed buffer. Records before and after the range, and malformed ones, are treated
     exactly as ``decode_record_columns`` treats them.
 
-    Cost: as ``decode_record_columns``, each value and key copied once.
+    ``scratch``, when given, is where the values are gathered before their final copy
+    (its content is discarded, its capacity kept): a caller decoding batch after batch
+    passes the same one, so the buffer is not grown afresh for every batch. A fresh
+    buffer growing to a batch's 100 KiB or more was measured at 170 ns a 100-byte
+    value against 55 ns reused (mypyc, one process): its reallocations, and the pages
+    that glibc maps afresh above its mmap threshold, cost more than the copy. Not
+    shared between threads.
+
+    Cost: as ``decode_record_columns``, each value and key copied twice.
 
     Raises:
         as ``decode_record_columns``; OverflowError as ``pack_binary``.
     """
     columns = _decode_columns(
         data, pos, end, count, base_offset, base_timestamp,
-        timestamp_type, append_time, start_offset, end_offset, True,
+        timestamp_type, append_time, start_offset, end_offset, True, scratch,
     )  # fmt: skip
     assert isinstance(columns, PackedColumns)
     return columns

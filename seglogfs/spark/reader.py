@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from librt.strings import BytesWriter
 from pyspark.sql.datasource import (
     DataSourceReader,
     EqualTo,
@@ -185,6 +186,7 @@ def engine_columns(
             ) from None
         return
     start, end = r.start, r.end
+    scratch = BytesWriter()  # reused for every batch's values (see packed_columns)
     if r.min_timestamp is not None:
         found = log.offset_for_timestamp(r.min_timestamp)
         start = max(start, end if found is None else found)
@@ -212,7 +214,7 @@ def engine_columns(
                 if batch.is_control:
                     start = batch.next_offset
                     continue
-                columns = _columns(batch, start, end)
+                columns = _columns(batch, start, end, scratch)
                 start = batch.next_offset
                 if len(columns):
                     yield columns
@@ -223,7 +225,9 @@ def engine_columns(
             continue
 
 
-def _columns(batch: RecordBatch, start: int, end: int) -> RecordColumns | PackedColumns:
+def _columns(
+    batch: RecordBatch, start: int, end: int, scratch: BytesWriter
+) -> RecordColumns | PackedColumns:
     """The records of ``batch`` with ``start <= offset < end``.
 
     A v2 batch of ``SMALL_BATCH_ROWS`` records or more comes packed (its values and
@@ -235,7 +239,7 @@ def _columns(batch: RecordBatch, start: int, end: int) -> RecordColumns | Packed
     stop = end if batch.last_offset >= end else None
     if isinstance(batch, DefaultRecordBatch) and batch.records_count >= SMALL_BATCH_ROWS:
         try:
-            return batch.packed_columns(first, stop)
+            return batch.packed_columns(first, stop, scratch)
         except OverflowError:  # 2 GiB of values in one batch: beyond int32 bounds
             pass
     columns = batch.columns()

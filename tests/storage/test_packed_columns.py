@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
+from librt.strings import BytesWriter
 
 from storage.batch_builder import build_record_batch
 from storage.errors import CorruptRecordError
@@ -251,3 +252,18 @@ def test_a_plain_run_then_keys_nulls_and_headers_pack_in_one_pass(codec: Compres
     assert packed.keys.data == b"first key"
     for start, end in ((250, 301), (301, 302), (299, None), (350, 400)):
         check_packed(batch.packed_columns(start, end), batch.columns(start, end))
+
+
+def test_a_scratch_writer_reused_across_batches_leaves_earlier_results_intact() -> None:
+    scratch = BytesWriter()
+    scratch.write(b"left over from before")
+    first = DefaultRecordBatch(build_record_batch([b"a" * 300] * 400, timestamps=TS))
+    second = DefaultRecordBatch(
+        build_record_batch([b"b", None, b"c"], keys=[None, b"k", None], timestamps=TS)
+    )
+    packed_first = first.packed_columns(scratch=scratch)
+    packed_second = second.packed_columns(1, None, scratch)
+    assert packed_first.values.to_list() == [b"a" * 300] * 400
+    check_packed(packed_first, first.columns())
+    check_packed(packed_second, second.columns(1))
+    assert packed_second.values.to_list() == [None, b"c"]
