@@ -5,7 +5,9 @@ the Spark source builds Arrow arrays. Decoding straight into columns also skips 
 per-record object, the largest single cost of a pure-Python read path: columns that
 are constant across a batch (no keys, no headers, one timestamp, contiguous offsets:
 the common case) cost nothing per record. ``RecordColumns.records()`` turns columns
-into ``Record`` tuples for callers that want them.
+into ``Record`` tuples for callers that want them. ``PackedColumns`` goes one step
+further for consumers that copy values in bulk (the Spark source's Arrow arrays): the
+values, and the keys, each in one buffer with int32 bounds, no ``bytes`` per record.
 
 v2 record layout (varints are ZigZag LEB128)::
 
@@ -599,7 +601,8 @@ def decode_packed_columns(
     that glibc maps afresh above its mmap threshold, cost more than the copy. Not
     shared between threads.
 
-    Cost: as ``decode_record_columns``, each value and key copied twice.
+    Cost: as ``decode_record_columns``; each value and key is copied into its buffer
+    (by way of a short-lived slice) and out of it once, with its bound.
 
     Raises:
         as ``decode_record_columns``; OverflowError as ``pack_binary``.
