@@ -67,10 +67,12 @@ from storage import (
     TopicMetadata,
     validate_topic_name,
 )
+from storage.segment import LogSegment
 
 from .errno_map import errno_for
-from .positions import PositionReader, Rendering, position_of_offset
+from .positions import PositionReader, Rendered, Rendering, position_of_offset
 from .produce import LineBuffer, append_lines, append_raw, produce_lines
+from .renderer import SLOT_BYTES, SLOTS_PER_FILE, Renderer
 from .views import parse_view_name, resolve_offset
 
 __all__ = [
@@ -99,7 +101,9 @@ READ_AHEAD = 4 << 20
 """Bytes a sequential read renders past its end in its worker thread: the next reads
 (``cat`` and ``dd`` ask 1 MiB at a time) are answered on the event loop from memory, so
 a sequential reader costs one thread hop per READ_AHEAD, not one per request. Memory:
-at most READ_AHEAD plus a request and a batch kept per open file that reads on."""
+at most READ_AHEAD plus a request and a batch kept per open file that reads on. A file
+that streams through the render process (``seglogfs.renderer``) reads ahead through it
+instead: its slots are rendered on the other core while the replies go out."""
 
 # Read-only mounts follow a live writer: a log is refreshed at most this often (seconds)
 # when it is stat'ed or read, the topic list at most every REFRESH_TOPICS_S.
@@ -136,7 +140,18 @@ ROOT_NODE = Node(Kind.ROOT)
 class OpenFile:
     """The state of one open file (one ``open``, shared by its duplicated descriptors)."""
 
-    __slots__ = ("append", "lines", "lock", "node", "reader", "sticky", "writable")
+    __slots__ = (
+        "append",
+        "closed",
+        "fill",
+        "lines",
+        "lock",
+        "node",
+        "reader",
+        "slots",
+        "sticky",
+        "writable",
+    )
 
     def __init__(self, node: Node, *, writable: bool, append: bool, readable: bool) -> None:
         self.node = node
@@ -147,6 +162,11 @@ class OpenFile:
         base = node.view_position if node.kind is Kind.VIEW else 0
         self.reader = PositionReader(base) if readable else None
         self.sticky: StickyPartitioner | None = None
+        # Render slots this file streams through (none until it reads sequentially), the
+        # fill outstanding for it (set() when it ends), and whether it was released.
+        self.slots: list[int] = []
+        self.fill: trio.Event | None = None
+        self.closed = False
 
 
 _logged_failures: set[tuple[str, str]] = set()
@@ -200,6 +220,24 @@ def _fail(code: int) -> pyfuse3.FUSEError:
     return pyfuse3.FUSEError(code)
 
 
+def _fill_plan(log: Log, tail: Rendered) -> tuple[LogSegment, int, int] | None:
+    """``(segment, file position, end)`` of the bytes after ``tail``: the rest of its
+    segment, or the next segment once it is read to its end; ``None`` at the log end.
+    ``end`` is the segment's size now: bytes the engine has written whole."""
+    segment = log.segments.floor_segment(tail.segment)
+    if segment is None or segment.base_offset != tail.segment:
+        return None  # deleted by retention: the daemon's own read repositions
+    position = tail.resume
+    if position >= segment.size:
+        following = log.segments.higher_segment(segment.base_offset)
+        if following is None or tail.skip or following.base_offset < tail.next_offset:
+            return None
+        segment, position = following, 0
+    if position >= segment.size:
+        return None
+    return segment, position, segment.size
+
+
 def _partition_number(name: str) -> int | None:
     # "0", "17": a canonical decimal (no sign, no leading zero), as the directory lists it.
     if name.isascii() and name.isdigit() and (name == "0" or name[0] != "0") and len(name) < 11:
@@ -233,6 +271,8 @@ class Operations(pyfuse3.Operations):
         self._lookups: dict[int, int] = {}  # the kernel's lookup count of view inodes
         self._files: dict[int, OpenFile] = {}
         self._next_fh = itertools.count(1)
+        self._renderer: Renderer | None = None
+        self._background: trio.Nursery | None = None
         self._admin = trio.Lock()
         self._mounted_ns = time.time_ns()
         self._uid = os.getuid()
@@ -243,6 +283,12 @@ class Operations(pyfuse3.Operations):
         self._active_base: dict[tuple[str, int], int] = {
             (log.topic, log.partition): log.active_segment.base_offset for log in manager.logs()
         }
+
+    def use_renderer(self, renderer: Renderer, nursery: trio.Nursery) -> None:
+        """Stream sequential reads through ``renderer``; its fills run as tasks of
+        ``nursery``, which outlives the requests."""
+        self._renderer = renderer
+        self._background = nursery
 
     # -- inodes and nodes ------------------------------------------------------------
 
@@ -647,20 +693,128 @@ class Operations(pyfuse3.Operations):
         if reader is None:
             raise _fail(errno.EBADF)
         async with of.lock:
-            # Bytes a sequential read rendered ahead are answered here, on the event
-            # loop (slices of memory, no file touched); the rest in a worker thread.
-            data: Any = reader.read_rendered(self._log(of.node), off, size)
+            # Bytes rendered ahead (here or by the render process) are answered on the
+            # event loop (slices of memory, no file touched); the rest in a worker
+            # thread. A fill still outstanding may bring the bytes asked for, and must
+            # not change the kept bytes under a worker thread: wait for it first.
+            log = self._log(of.node)
+            data: Any = reader.read_rendered(log, off, size)
+            while data is None and of.fill is not None:
+                await of.fill.wait()
+                data = reader.read_rendered(log, off, size)
             if data is None:
-                data = await self._run(self._sync_read, of.node, reader, off, size)
+                ahead = 0 if of.slots else READ_AHEAD
+                data = await self._run(self._sync_read, of.node, reader, off, size, ahead)
+            self._start_fill(of, reader, log)
         if _debug:
             logger.debug("read fh=%d off=%d size=%d: %d bytes", fh, off, size, len(data))
         return data  # type: ignore[no-any-return]
 
-    def _sync_read(self, node: Node, reader: PositionReader, off: int, size: int) -> Any:
+    def _sync_read(
+        self, node: Node, reader: PositionReader, off: int, size: int, ahead: int
+    ) -> Any:
         log = self._log(node)
         self._sync_refresh(log)
         rendering = Rendering.of(self._metadata(node.topic))
-        return reader.read(log, rendering, off, size, READ_AHEAD)
+        return reader.read(log, rendering, off, size, ahead)
+
+    def _start_fill(self, of: OpenFile, reader: PositionReader, log: Log) -> None:
+        # After a sequential read: have the render process render the bytes after the
+        # kept ones into a slot none of them is in, while the replies go on.
+        renderer = self._renderer
+        if renderer is None or self._background is None or not renderer.alive:
+            return
+        if of.fill is not None or of.closed:
+            return
+        tail = reader.fill_tail(log)
+        if tail is None:
+            return
+        plan = _fill_plan(log, tail)
+        if plan is None:
+            return
+        if not of.slots:
+            if log.extension_end - tail.end < SLOT_BYTES:
+                return  # near the end (tail -f): the daemon's own reads are enough
+            for _ in range(SLOTS_PER_FILE):
+                slot = renderer.allocate()
+                if slot is not None:
+                    of.slots.append(slot)
+            if len(of.slots) < SLOTS_PER_FILE:
+                self._free_slots(of)
+                return
+        slot = next((s for s in of.slots if s != tail.slot and reader.release_slot(s)), None)
+        if slot is None:
+            return  # every other slot still holds bytes the reader has not passed
+        segment, position, end = plan
+        # End the fill where the reader's kernel offset is a multiple of BLOCK_SIZE, so
+        # that each 1 MiB read of `cat` or `dd` lies in one fill: a slice, not a copy.
+        limit = tail.end + SLOT_BYTES
+        cut = limit - (limit - reader.phase) % BLOCK_SIZE
+        capacity = (cut if cut > tail.end else limit) - tail.end
+        of.fill = trio.Event()
+        self._background.start_soon(
+            self._fill, renderer, of, reader, tail, slot, segment, position, end, capacity
+        )
+
+    async def _fill(
+        self,
+        renderer: Renderer,
+        of: OpenFile,
+        reader: PositionReader,
+        tail: Rendered,
+        slot: int,
+        segment: LogSegment,
+        position: int,
+        end: int,
+        capacity: int,
+    ) -> None:
+        # Opportunistic: a fill that fails only means the daemon renders those bytes
+        # itself (and reports any error then). Raises only Cancelled.
+        try:
+            rendering = Rendering.of(self._metadata(of.node.topic))
+            result = await renderer.fill(
+                slot,
+                segment,
+                position,
+                end,
+                tail.next_offset,
+                tail.skip,
+                capacity,
+                rendering.raw,
+                rendering.key_separator,
+            )
+            if result is not None and result.written > 0:
+                filled = Rendered(
+                    tail.end,
+                    renderer.bytes_of(slot, result.written),
+                    result.next_offset,
+                    segment.base_offset,
+                    result.position,
+                    result.skip,
+                    slot,
+                )
+                reader.accept_fill(tail, filled)
+        except Exception as exc:
+            logger.debug("fill for %s failed: %r", of.node, exc)
+        finally:
+            event, of.fill = of.fill, None
+            if event is not None:
+                event.set()
+            if of.closed:
+                self._free_slots(of)
+        if not of.closed and not of.lock.locked():
+            # Keep the render process busy: the next fill now, not after the next read
+            # (a read in progress starts it itself when it ends).
+            try:
+                self._start_fill(of, reader, self._log(of.node))
+            except Exception as exc:  # the topic is gone: its next read says so
+                logger.debug("no next fill for %s: %r", of.node, exc)
+
+    def _free_slots(self, of: OpenFile) -> None:
+        if self._renderer is not None:
+            for slot in of.slots:
+                self._renderer.free(slot)
+        of.slots = []
 
     @_handler
     async def write(self, fh: int, off: int, buf: bytes) -> int:
@@ -765,6 +919,9 @@ class Operations(pyfuse3.Operations):
                     await self._run(self._sync_append_pending, of)
         finally:
             del self._files[fh]
+            of.closed = True
+            if of.fill is None:  # else the fill frees the slots when it ends
+                self._free_slots(of)
 
     @_handler
     async def fsync(self, fh: int, datasync: bool) -> None:

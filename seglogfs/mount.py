@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import functools
 import logging
 import os
-import platform
 import signal
 import sys
 from collections.abc import Sequence
@@ -51,7 +49,9 @@ from storage import (
 from . import control, sd_notify
 from .fs import Operations, enable_request_logging
 from .maintenance import run_maintenance
+from .malloc_tuning import MALLOC_TUNING_ENV, MMAP_THRESHOLD, TRIM_THRESHOLD, tune_malloc
 from .positions import position_index_spec
+from .renderer import Renderer
 
 __all__ = ["MALLOC_TUNING_ENV", "WORKER_THREADS", "add_arguments", "main", "run", "tune_malloc"]
 
@@ -63,18 +63,8 @@ go on in the others."""
 
 _KNOWN_OPTIONS = ("ro", "rw", "allow_other", "internal")
 
-MALLOC_TUNING_ENV = "SEGLOG_MALLOC_TUNING"
-"""Set to ``0`` to keep glibc's malloc defaults (see ``tune_malloc``)."""
-
-# glibc's mallopt parameters (malloc.h) and the values the daemon sets.
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 32 << 20
-"""Blocks up to this size come from the heap, not from mmap (glibc's largest allowed
-value on 64-bit)."""
-TRIM_THRESHOLD = 128 << 20
-"""Free memory at the top of a heap kept for reuse, not given back to the kernel."""
-_USER_MALLOC_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
+RENDER_PROCESS_ENV = "SEGLOG_RENDER_PROCESS"
+"""Set to ``0`` to render every read in the daemon's threads (no render process)."""
 
 
 class UsageError(Exception):
@@ -148,37 +138,6 @@ def _configure_logging(debug: bool) -> None:
     if not debug:
         # pyfuse3 logs each worker task start at DEBUG only; keep INFO quiet.
         logging.getLogger("pyfuse3").setLevel(logging.INFO)
-
-
-def tune_malloc() -> bool:
-    """Keep freed read and write buffers in the daemon's heap; True when applied.
-
-    Every read renders batches of up to ``max.message.bytes`` (1 MiB) into fresh
-    ``bytes`` and joins them into the reply, and every write arrives as a fresh 1 MiB
-    buffer. With glibc's defaults, blocks that size are mmapped and unmapped (or the
-    heap top trimmed) on every request, so each reply first page-faults its buffer in
-    again (page faults and page zeroing led the daemon's profile). Measured A/B on one
-    log in two fresh daemons: ``cat`` of 4 KiB records 208 -> 620 MB/s, of 100-byte
-    lines 196 -> 313 MB/s. The cost is memory the daemon keeps after a peak: at most
-    ``TRIM_THRESHOLD`` per heap. Not applied when ``SEGLOG_MALLOC_TUNING=0``, when the
-    user set glibc's own variables (``MALLOC_*_``, ``GLIBC_TUNABLES``), or off glibc.
-    """
-    if os.environ.get(MALLOC_TUNING_ENV) == "0" or any(
-        name in os.environ for name in _USER_MALLOC_SETTINGS
-    ):
-        return False
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
-    # mallopt returns 1 on success; setting either also ends glibc's dynamic threshold.
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    )
 
 
 def _error(message: str) -> None:
@@ -303,6 +262,10 @@ async def _serve(
     ops: Operations, manager: LogManager, bridge: _ThreadBridge, options: MountOptions
 ) -> None:
     async with trio.open_nursery() as nursery:
+        renderer = _start_renderer()
+        if renderer is not None:
+            nursery.start_soon(renderer.run)
+            ops.use_renderer(renderer, nursery)
         nursery.start_soon(_handle_signals)
         nursery.start_soon(
             functools.partial(run_maintenance, manager, bridge, read_only=options.read_only)
@@ -322,8 +285,22 @@ async def _serve(
         interval = sd_notify.watchdog_interval()
         if interval is not None:
             nursery.start_soon(_watchdog, interval)
-        await pyfuse3.main()
-        nursery.cancel_scope.cancel()
+        try:
+            await pyfuse3.main()
+        finally:
+            nursery.cancel_scope.cancel()
+            if renderer is not None:
+                renderer.close()
+
+
+def _start_renderer() -> Renderer | None:
+    if os.environ.get(RENDER_PROCESS_ENV) == "0":
+        return None
+    try:
+        return Renderer.start()
+    except (OSError, AttributeError) as exc:  # AttributeError: no memfd_create
+        logger.warning("render process unavailable (%s): partitions render in threads", exc)
+        return None
 
 
 async def _handle_signals() -> None:

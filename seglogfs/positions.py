@@ -38,6 +38,7 @@ __all__ = [
     "POSITION_INDEX_INTERVAL",
     "POSITION_INDEX_SUFFIX",
     "PositionReader",
+    "Rendered",
     "Rendering",
     "log_start_anchor",
     "position_index_spec",
@@ -165,16 +166,25 @@ def _first_entry_after(log: Log, offset: int) -> tuple[int, int]:
 
 
 @dataclass(frozen=True, slots=True)
-class _Rendered:
-    """A batch a reader rendered: where it starts, its bytes, what follows."""
+class Rendered:
+    """Bytes a reader rendered and keeps: where they start, the bytes (a batch rendered
+    in the daemon, or a render process's fill of a shared slot) and where the bytes after
+    them come from: the batch holding ``next_offset``, at file position ``resume`` of
+    the segment with base offset ``segment`` (-1: not known), of which the first ``skip``
+    rendered bytes are already in ``data``. ``slot`` is the render slot ``data`` lies in
+    (-1: the daemon's own memory)."""
 
     position: int
-    batch: RenderedBatch
+    data: bytes | memoryview
     next_offset: int
+    segment: int = -1
+    resume: int = -1
+    skip: int = 0
+    slot: int = -1
 
     @property
     def end(self) -> int:
-        return self.position + len(self.batch.data)
+        return self.position + len(self.data)
 
 
 class PositionReader:
@@ -195,16 +205,30 @@ class PositionReader:
     Not thread-safe: the daemon runs one request of an open file at a time.
     """
 
-    __slots__ = ("_end", "_log_id", "_rendered", "_start", "base", "shift")
+    __slots__ = (
+        "_end",
+        "_generation",
+        "_log_id",
+        "_read_start",
+        "_rendered",
+        "_sequential",
+        "_start",
+        "base",
+        "shift",
+    )
 
     def __init__(self, base: int = 0) -> None:
         self.base = base
         self.shift = 0
         # Rendered batches, contiguous (each starts at the end and next offset of the
         # one before), of the log whose id() is _log_id.
-        self._rendered: deque[_Rendered] = deque()
+        self._rendered: deque[Rendered] = deque()
         self._log_id = 0
+        # Bumped whenever the kept batches are dropped: a fill planned before is stale.
+        self._generation = 0
+        self._read_start = -1  # the global position the last read began at
         self._end = -1  # the global position after the last read (-1: none yet)
+        self._sequential = False  # the last read began where the one before ended
         # ((log identity, log start offset), log_start_anchor(...)) of the last read.
         self._start: tuple[tuple[int, int], tuple[int, int]] | None = None
 
@@ -242,15 +266,17 @@ class PositionReader:
             if position >= end or size <= 0:
                 return b""
             want = min(size, end - position)
-            if position != self._end:
+            self._sequential = position == self._end or (self._end < 0 and kernel_offset == 0)
+            if not self._sequential:
                 ahead = 0
             try:
                 data = self._read_at(log, rendering, position, want, ahead)
             except OffsetOutOfRangeError:
                 # The segment under the read was deleted (or the start moved past the
                 # cached batches): forget them and start again from the new log start.
-                self._rendered.clear()
+                self._forget()
                 continue
+            self._read_start = position
             self._end = position + len(data)
             return data
         return b""
@@ -281,8 +307,60 @@ class PositionReader:
         if rendered[0].position > position or rendered[-1].end < want:
             return None
         data = self._slice(position, want)
+        self._sequential = position == self._end
+        self._read_start = position
         self._end = want
         return data
+
+    # -- fills by a render process (``seglogfs.renderer``) ---------------------------
+
+    def fill_tail(self, log: Log) -> Rendered | None:
+        """The kept bytes a fill would continue after: the last ones, when the last read
+        was sequential, of ``log``, and it is known where the bytes after them begin.
+        Touches no file. Cost: O(1)."""
+        rendered = self._rendered
+        if not self._sequential or not rendered or self._log_id != id(log):
+            return None
+        tail = rendered[-1]
+        return tail if tail.resume >= 0 else None
+
+    @property
+    def unread(self) -> int:
+        """Kept bytes past the end of the last read."""
+        return self._rendered[-1].end - self._end if self._rendered and self._end >= 0 else 0
+
+    @property
+    def phase(self) -> int:
+        """The global position of the kernel's offset 0 for this reader now: fills are
+        cut where the kernel offset is a multiple of ``CHUNK``."""
+        return self.base + self.shift
+
+    def accept_fill(self, tail: Rendered, filled: Rendered) -> bool:
+        """Keep ``filled`` (the bytes after ``tail``) unless the reader moved on since
+        ``tail`` was its last kept bytes. Returns whether it was kept. Cost: O(1)."""
+        rendered = self._rendered
+        if not rendered or rendered[-1] is not tail or filled.position != tail.end:
+            return False
+        rendered.append(filled)
+        return True
+
+    def release_slot(self, slot: int) -> bool:
+        """Drop the kept bytes in ``slot`` if none of them can be returned any more (all
+        end at or before the start of the last read, whose reply may still be on its
+        way; and none is the last kept, which the next fill continues). Returns whether
+        the slot now holds nothing kept. Cost: O(chunks kept)."""
+        rendered = self._rendered
+        mine = [r for r in rendered if r.slot == slot]
+        if not mine:
+            return True
+        if rendered[-1].slot == slot or any(r.end > self._read_start for r in mine):
+            return False
+        self._rendered = deque(r for r in rendered if r.slot != slot)
+        return True
+
+    def _forget(self) -> None:
+        self._rendered.clear()
+        self._generation += 1
 
     def _slice(self, position: int, want: int) -> bytes | memoryview:
         # The kept batches cover [position, want): drop those wholly before it (keeping
@@ -295,7 +373,7 @@ class PositionReader:
             if r.position >= want:
                 break
             lo = position - r.position if position > r.position else 0
-            parts.append(memoryview(r.batch.data)[lo : want - r.position])
+            parts.append(memoryview(r.data)[lo : want - r.position])
         if len(parts) == 1:
             return parts[0]
         return b"".join(parts)
@@ -312,14 +390,16 @@ class PositionReader:
         want = position + size
         rendered = self._rendered
         if self._log_id != id(log):
-            rendered.clear()
+            self._forget()
             self._log_id = id(log)
         last = rendered[-1] if rendered else None
+        skip = 0
         if last is not None and rendered[0].position <= position <= last.end:
-            # Continue the kept batches: the read starts in them or right after them.
-            cursor, offset = last.end, last.next_offset
+            # Continue the kept batches: the read starts in them or right after them
+            # (a fill may have taken the first bytes of the next batch already).
+            cursor, offset, skip = last.end, last.next_offset, last.skip
         else:
-            rendered.clear()
+            self._forget()
             offset, cursor = log.extension_floor(position)
             if offset < log.log_start_offset:
                 # The entry is below a log start inside its segment: scan from the
@@ -331,7 +411,17 @@ class PositionReader:
         if cursor < target:
             try:
                 for batch in log.batches(offset):
-                    r = _Rendered(cursor, rendering.render(batch), batch.next_offset)
+                    data = rendering.render(batch).data
+                    if skip:
+                        data, skip = data[skip:], 0
+                    segment = log.segments.floor_segment(batch.base_offset)
+                    r = Rendered(
+                        cursor,
+                        data,
+                        batch.next_offset,
+                        -1 if segment is None else segment.base_offset,
+                        batch.position + batch.size,
+                    )
                     cursor = r.end
                     if cursor <= position:
                         continue  # before the read: the scan from the index entry
