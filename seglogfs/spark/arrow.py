@@ -256,14 +256,14 @@ class ArrowBatcher:
             types = self._constant("timestampType", self._types[0][0], pa.int32(), n)
         else:
             runs = np.array(self._types, dtype=np.int32)
-            types = pa.array(np.repeat(runs[:, 0], runs[:, 1]))
+            types = _fixed_width_array(np.repeat(runs[:, 0], runs[:, 1]), pa.int32())
         arrays = [
             _concat_nullable(self._keys, binary, n),
             _concat_arrow(self._values),
             self._constant("topic", self.topic, pa.string(), n),
             self._constant("partition", self.partition, pa.int32(), n),
-            pa.array(offsets),
-            pa.array(timestamps, type=self._timestamp_type),
+            _fixed_width_array(offsets, pa.int64()),
+            _fixed_width_array(timestamps, self._timestamp_type),
             types,
         ]
         if self._headers_type is not None:
@@ -276,8 +276,35 @@ class ArrowBatcher:
         key = (column, value)
         array = self._constants.get(key)
         if array is None or len(array) < n:
-            array = self._constants[key] = pa.repeat(pa.scalar(value, type_), n)
+            array = self._constants[key] = _repeat(value, type_, n)
         return array if len(array) == n else array.slice(0, n)
+
+
+def _fixed_width_array(values: np.ndarray, type_: pa.DataType) -> pa.Array:
+    """``values`` (a contiguous numpy array of ``type_``'s width) as an Arrow array over
+    the same buffer, without nulls. Cost: O(1).
+
+    ``pa.array`` would do the same, but pyarrow's conversion of numpy (and Python)
+    objects imports pandas on first use: some 33,000 objects more in the Python worker,
+    which Spark's daemon scans with ``gc.collect()`` after every task (about 15 ms of
+    CPU per task here).
+    """
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
+
+
+def _repeat(value: object, type_: pa.DataType, n: int) -> pa.Array:
+    """``n`` copies of ``value``: an ``int32`` or a ``string`` (see ``_fixed_width_array``
+    for why not ``pa.repeat``). Cost: O(n)."""
+    if isinstance(value, int) and type_ == pa.int32():
+        return _fixed_width_array(np.full(n, value, dtype=np.int32), type_)
+    if isinstance(value, str) and type_ == pa.string():
+        data = value.encode()
+        if n * len(data) < 1 << 31:  # else beyond int32 offsets: pa.repeat refuses it too
+            ends = np.arange(n + 1, dtype=np.int32) * np.int32(len(data))
+            return pa.Array.from_buffers(
+                type_, n, [None, pa.py_buffer(ends), pa.py_buffer(data * n)]
+            )
+    return pa.repeat(pa.scalar(value, type_), n)
 
 
 def _binary_array(column: PackedBinary) -> pa.Array:

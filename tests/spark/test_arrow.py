@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seglogfs.spark.arrow import SMALL_BATCH_ROWS, arrow_batches, arrow_schema
+from seglogfs.spark.arrow import SMALL_BATCH_ROWS, _repeat, arrow_batches, arrow_schema
 from storage import Header, RecordColumns, TimestampType
 from storage.record_columns import PackedColumns, pack_columns
 
@@ -117,3 +117,12 @@ def test_constant_columns_follow_the_batch_length() -> None:
             assert len(column) == batch.num_rows
             assert column.null_count == 0
         assert set(batch.column("topic").to_pylist()) == {"t"}
+
+
+def test_constant_columns_are_those_pa_repeat_builds() -> None:
+    """``_repeat`` builds them from buffers (no pandas import); same arrays as Arrow's."""
+    for value, type_ in (("orders", pa.string()), ("", pa.string()), (7, pa.int32())):
+        for n in (0, 1, 8192):
+            got = _repeat(value, type_, n)
+            got.validate(full=True)
+            assert got.equals(pa.repeat(pa.scalar(value, type_), n))
