@@ -22,6 +22,7 @@ per-process ``LogManager`` cache is guarded by a lock.
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import itertools
 import os
 import threading
@@ -139,6 +140,32 @@ class ReadOnlyLogDir:
 
 _managers: dict[str, ReadOnlyLogDir] = {}
 _managers_lock = threading.Lock()
+_heap_frozen = False
+
+
+def freeze_worker_heap() -> None:
+    """Once in a reused Spark Python worker: collect, then move every object alive now
+    (the modules of pyspark, pyarrow, numpy, the engine and this package, about 48,000
+    objects) to the garbage collector's permanent generation (``gc.freeze``).
+
+    Spark's daemon runs a full ``gc.collect()`` in a reused worker after every task,
+    and the worker takes no next task until it is done; each such collection scanned
+    those long-lived objects again (16 ms of CPU per planner call and 33 ms per read
+    task, measured in this source's workers: at 10^6 records about a third of a
+    query's Python time). Frozen objects are still freed by reference counting when
+    they are dropped; only a reference cycle among them is never collected, at most
+    what was alive at this one moment.
+
+    A no-op outside a reused Spark worker (``SPARK_REUSE_WORKER``, which Spark sets
+    for those processes alone): the driver and other programs keep their collector
+    as it was. Cost: one ``gc.collect()``, once per process.
+    """
+    global _heap_frozen
+    if _heap_frozen or not os.environ.get("SPARK_REUSE_WORKER"):
+        return
+    _heap_frozen = True
+    gc.collect()
+    gc.freeze()
 
 
 def shared_manager(log_dir: str) -> LogManager:
@@ -252,6 +279,7 @@ def read_offset_range(
     log_dir: str, r: OffsetRange, *, include_headers: bool, fail_on_data_loss: bool
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of ``r``, read from the segment files in this process."""
+    freeze_worker_heap()
     if r.start >= r.end:
         return iter(())
     manager = shared_manager(log_dir)
@@ -485,6 +513,7 @@ class SeglogBatchReader(DataSourceReader):
         return OffsetRange(tp[0], tp[1], start, end)
 
     def partitions(self) -> list[InputPartition]:
+        freeze_worker_heap()  # Spark's planner process
         manager = open_read_only(self.opts.log_dir)
         try:
             planned = self.offset_ranges(manager)

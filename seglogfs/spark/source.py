@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 from .arrow import spark_schema
 from .errors import OptionError, SinkError
 from .options import ReadOptions
-from .reader import SeglogBatchReader
+from .reader import SeglogBatchReader, freeze_worker_heap
 from .stream import SeglogStreamReader
 from .writer import SeglogBatchWriter, SeglogStreamWriter, check_sink_schema
 
@@ -34,6 +34,7 @@ class SeglogDataSource(DataSource):
         return "seglog"
 
     def schema(self) -> StructType:
+        freeze_worker_heap()  # Spark's planner process (see freeze_worker_heap)
         include_headers = str(self.options.get("includeHeaders", "false")).strip().lower()
         return spark_schema(include_headers == "true")
 
