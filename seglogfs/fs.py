@@ -18,8 +18,12 @@ fsync on roll, rendering) runs in a worker thread through the one ``run_sync`` b
 the daemon passes in (``trio.to_thread.run_sync`` under a limiter), so a partition
 rolling a large segment never stalls a ``cat`` of another. The event loop itself only
 reads in-memory state (topic metadata, ``Log`` counters) and answers reads from bytes
-a sequential reader's previous read rendered ahead (``READ_AHEAD``): slices of memory,
-one copy when they span batches. The requests of one open file
+rendered ahead: slices of memory, one copy when they span chunks. A sequential reader
+of a large file streams through the render process (``seglogfs.renderer``): the bytes
+after the ones it holds are rendered there, on the other core, into shared slots, while
+the loop replies (a worker thread cannot: pyfuse3 holds the GIL while libfuse copies a
+reply); other reads, and all reads when the process is gone, render ``READ_AHEAD`` in a
+worker thread. The requests of one open file
 run one at a time, in arrival order (a ``trio.Lock`` per open file, taken before the
 first await of ``read``/``write``): a writer's lines keep their order, and a reader's
 shift (``seglogfs.positions``) is never updated by two reads at once. Namespace changes

@@ -12,8 +12,10 @@ The order of the steps matters:
    data durable;
 3. one trio nursery runs the FUSE main loop, the background work
    (``seglogfs.maintenance``), the control socket (``seglogfs.control``) the command
-   line writes through, the systemd watchdog, and the signal handler: SIGTERM/SIGINT
-   call ``pyfuse3.terminate()``, the main loop returns, the nursery is cancelled.
+   line writes through, the render process's answers (``seglogfs.renderer``), the
+   systemd watchdog, and the signal handler: SIGTERM/SIGINT call
+   ``pyfuse3.terminate()``, the main loop returns, the nursery is cancelled and the
+   render process is stopped (it ignores SIGINT and exits when its socket closes).
 
 ``READY=1`` goes to systemd once the mount exists and the control socket listens,
 ``STOPPING=1`` when a signal starts the shutdown. Exit codes: 0 after a clean unmount,
