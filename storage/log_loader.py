@@ -351,12 +351,24 @@ def _recover_from(segments: LogSegments, recovery_point: int, writable: bool) ->
         # where the valid data ends.
         truncated = segment.recover(rebuild_indexes=writable)
         if truncated > 0:
-            logger.warning(
-                "%s: truncated %d invalid bytes at the end of segment %d",
-                segment.path.parent.name,
-                truncated,
-                segment.base_offset,
-            )
+            if writable:
+                logger.warning(
+                    "%s: truncated %d invalid bytes at the end of segment %d",
+                    segment.path.parent.name,
+                    truncated,
+                    segment.base_offset,
+                )
+            else:
+                # A reader changes no file: it only reads up to the last valid batch.
+                # Past it is usually a live writer's append caught half-written (the
+                # reader's next refresh sees it whole), else a crashed writer's tail
+                # that the writer's next recovery cuts: nothing to warn about here.
+                logger.debug(
+                    "%s: reading segment %d up to its last valid batch (%d bytes after it)",
+                    segment.path.parent.name,
+                    segment.base_offset,
+                    truncated,
+                )
             for later in segments.values():
                 if later.base_offset > segment.base_offset:
                     segments.remove(later.base_offset)

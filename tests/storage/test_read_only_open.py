@@ -1,4 +1,5 @@
-"""A read-only log opened while its owner appends: no false corruption, a quiet close.
+"""A read-only log opened while its owner appends: no false corruption, no warning for a
+batch caught half-written, a quiet close.
 
 The writer writes log bytes before index entries. A reader that took its log size
 before counting the index entries could count an entry naming a batch past that size,
@@ -87,4 +88,32 @@ def test_closing_a_reader_with_scratch_indexes_is_quiet(
     with caplog.at_level(logging.WARNING):
         reader.close()
     assert caplog.records == []  # no "no final time-index entry"
+    writer.close()
+
+
+def test_a_half_written_batch_is_read_past_quietly_and_left_alone(
+    log_dir: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A reader opening without a clean-shutdown marker re-validates the active segment
+    # and may meet the writer's append in progress: not a warning ("truncated" would
+    # claim a change a reader never makes), and the file stays as it is.
+    writer = Log.open(log_dir / "t-0", CONFIG, clock=clock)
+    written = values(0, 10)
+    for value in written:
+        writer.append([value])
+    writer.flush()
+    path = writer.active_segment.path
+    whole = path.read_bytes()
+    last = list(writer.batches(0))[-1]
+    with open(path, "ab") as f:  # the first half of the next batch, as a write in flight
+        f.write(whole[last.position : last.position + last.size // 2])
+    half_written = path.read_bytes()
+    with caplog.at_level(logging.DEBUG, logger="storage"):
+        reader = Log.open(writer.dir, CONFIG, clock=clock, writable=False, had_clean_shutdown=False)
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert any("up to its last valid batch" in r.getMessage() for r in caplog.records)
+    assert read_all(reader) == written
+    assert reader.log_end_offset == len(written)
+    reader.close()
+    assert path.read_bytes() == half_written
     writer.close()
