@@ -9,11 +9,12 @@ counted and replies are views of the shared arena), or the tests would pass with
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import random
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pyfuse3
@@ -165,24 +166,32 @@ def manager(log_dir: Path, clock: ManualClock) -> Iterator[LogManager]:
         yield manager
 
 
-async def _streaming_ops(
-    manager: LogManager, nursery: trio.Nursery, lines: int, width: int
-) -> tuple[Operations, Renderer, bytes]:
-    ops = Operations(manager, run_sync)
-    renderer = Renderer.start()
-    nursery.start_soon(renderer.run)
-    ops.use_renderer(renderer, nursery)
-    await ops.mkdir(pyfuse3.ROOT_INODE, b"t", 0o755, CTX)
-    await ops.setxattr(await inode_of(ops, "/t"), b"user.seglog.segment.bytes", b"8000000", CTX)
-    line = b"y" * (width - 1) + b"\n"
-    expected = line * lines
-    log = manager.log("t", 0)
-    step = width * (MIB // width)  # whole lines, at most 1 MiB a batch
-    for start in range(0, len(expected), step):
-        assert append_lines(log, expected[start : start + step], None)[0] == min(
-            step, len(expected) - start
-        )
-    return ops, renderer, expected
+@contextlib.asynccontextmanager
+async def _streaming(
+    manager: LogManager, lines: int, width: int
+) -> AsyncIterator[tuple[Operations, Renderer, bytes]]:
+    """Handlers with a running render process over topic ``t``, whose partition 0 holds
+    ``lines`` lines of ``width`` bytes in 8 MB segments; the process stops after."""
+    async with trio.open_nursery() as nursery:
+        ops = Operations(manager, run_sync)
+        renderer = Renderer.start()
+        nursery.start_soon(renderer.run)
+        ops.use_renderer(renderer, nursery)
+        await ops.mkdir(pyfuse3.ROOT_INODE, b"t", 0o755, CTX)
+        topic = await inode_of(ops, "/t")
+        await ops.setxattr(topic, b"user.seglog.segment.bytes", b"8000000", CTX)
+        line = b"y" * (width - 1) + b"\n"
+        expected = line * lines
+        log = manager.log("t", 0)
+        step = width * (MIB // width)  # whole lines, at most 1 MiB a batch
+        for start in range(0, len(expected), step):
+            appended, _infos = append_lines(log, expected[start : start + step], None)
+            assert appended == min(step, len(expected) - start)
+        try:
+            yield ops, renderer, expected
+        finally:
+            renderer.close()
+            nursery.cancel_scope.cancel()
 
 
 async def _read_sequentially(
@@ -205,8 +214,7 @@ async def _read_sequentially(
 async def test_sequential_reads_stream_through_the_render_process(
     manager: LogManager,
 ) -> None:
-    async with trio.open_nursery() as nursery:
-        ops, renderer, expected = await _streaming_ops(manager, nursery, 12_000, 4096)
+    async with _streaming(manager, 12_000, 4096) as (ops, renderer, expected):
         assert manager.log("t", 0).number_of_segments > 3  # fills cross segment ends
         fh = (await ops.open(await inode_of(ops, "/t/0"), os.O_RDONLY, CTX)).fh
         got, zero_copy = await _read_sequentially(ops, renderer, fh, 0, expected)
@@ -217,14 +225,11 @@ async def test_sequential_reads_stream_through_the_render_process(
         # Fills end on 1 MiB kernel offsets: nearly every read is a view of the arena.
         assert zero_copy >= reads * 3 // 4
         await ops.release(fh)
-        renderer.close()
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.trio
 async def test_a_view_and_a_reader_starting_midway_stream_correctly(manager: LogManager) -> None:
-    async with trio.open_nursery() as nursery:
-        ops, renderer, expected = await _streaming_ops(manager, nursery, 10_000, 3000)
+    async with _streaming(manager, 10_000, 3000) as (ops, renderer, expected):
         # A read at an odd offset, then sequential reads from there: the fills are cut
         # at kernel offsets `start + k MiB`, which are not multiples of 1 MiB.
         fh = (await ops.open(await inode_of(ops, "/t/0"), os.O_RDONLY, CTX)).fh
@@ -240,16 +245,13 @@ async def test_a_view_and_a_reader_starting_midway_stream_correctly(manager: Log
         assert tail == expected[3000 * 3000 :]
         assert renderer.fills > 3
         await ops.release(fh)
-        renderer.close()
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.trio
 async def test_more_readers_than_slots_each_read_their_own_bytes(manager: LogManager) -> None:
     # Five readers in turn: four stream through the process (SLOTS is four files'
     # worth), the fifth renders in the daemon; no reader ever sees another's slot.
-    async with trio.open_nursery() as nursery:
-        ops, renderer, expected = await _streaming_ops(manager, nursery, 9000, 4096)
+    async with _streaming(manager, 9000, 4096) as (ops, renderer, expected):
         inode = await inode_of(ops, "/t/0")
         files = [
             (await ops.open(inode, os.O_RDONLY, CTX)).fh for _ in range(SLOTS // SLOTS_PER_FILE + 1)
@@ -267,14 +269,11 @@ async def test_more_readers_than_slots_each_read_their_own_bytes(manager: LogMan
         assert sum(1 for fh in files if served[fh] > 0) == SLOTS // SLOTS_PER_FILE
         for fh in files:
             await ops.release(fh)
-        renderer.close()
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.trio
 async def test_retention_under_a_streaming_reader(manager: LogManager) -> None:
-    async with trio.open_nursery() as nursery:
-        ops, renderer, expected = await _streaming_ops(manager, nursery, 12_000, 4096)
+    async with _streaming(manager, 12_000, 4096) as (ops, renderer, expected):
         log = manager.log("t", 0)
         fh = (await ops.open(await inode_of(ops, "/t/0"), os.O_RDONLY, CTX)).fh
         got = bytearray()
@@ -296,16 +295,13 @@ async def test_retention_under_a_streaming_reader(manager: LogManager) -> None:
         assert bytes(rest) == expected[log.log_start_offset * 4096 :]
         assert renderer.fills > fills  # and streams again after the jump
         await ops.release(fh)
-        renderer.close()
-        nursery.cancel_scope.cancel()
 
 
 @pytest.mark.trio
 async def test_reads_go_on_when_the_render_process_dies(
     manager: LogManager, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with trio.open_nursery() as nursery:
-        ops, renderer, expected = await _streaming_ops(manager, nursery, 8000, 4096)
+    async with _streaming(manager, 8000, 4096) as (ops, renderer, expected):
         fh = (await ops.open(await inode_of(ops, "/t/0"), os.O_RDONLY, CTX)).fh
         got = bytearray()
         while len(got) < 12 * MIB:
@@ -318,8 +314,6 @@ async def test_reads_go_on_when_the_render_process_dies(
         assert not renderer.alive
         assert "render process ended" in caplog.text
         await ops.release(fh)
-        renderer.close()
-        nursery.cancel_scope.cancel()
 
 
 # -- a real mount --------------------------------------------------------------------

@@ -31,16 +31,22 @@ def read_all(log: Log) -> list[bytes | None]:
     return [record.value for record in log.records(log.log_start_offset)]
 
 
+def writer_of_ten(log_dir: Path, clock: ManualClock) -> tuple[Log, list[bytes]]:
+    """A writable log holding ten records, one batch each, and their values."""
+    writer = Log.open(log_dir / "t-0", CONFIG, clock=clock)
+    written = values(0, 10)
+    for value in written:
+        writer.append([value])
+    return writer, written
+
+
 def test_reader_opening_while_the_writer_appends(
     log_dir: Path,
     clock: ManualClock,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    writer = Log.open(log_dir / "t-0", CONFIG, clock=clock)
-    written = values(0, 10)
-    for value in written:
-        writer.append([value])
+    writer, written = writer_of_ten(log_dir, clock)
     assert writer.active_segment.offset_index.entries > 0
 
     def offset_index_after_an_append(*args: object, **kwargs: object) -> OffsetIndex:
@@ -68,10 +74,7 @@ def test_reader_opening_while_the_writer_appends(
 def test_closing_a_reader_with_scratch_indexes_is_quiet(
     log_dir: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    writer = Log.open(log_dir / "t-0", CONFIG, clock=clock)
-    written = values(0, 10)
-    for value in written:
-        writer.append([value])
+    writer, written = writer_of_ten(log_dir, clock)
     # The reader finds no index files: it rebuilds them in scratch space (trimmed to
     # their entries).
     base = writer.active_segment.base_offset
@@ -97,10 +100,7 @@ def test_a_half_written_batch_is_read_past_quietly_and_left_alone(
     # A reader opening without a clean-shutdown marker re-validates the active segment
     # and may meet the writer's append in progress: not a warning ("truncated" would
     # claim a change a reader never makes), and the file stays as it is.
-    writer = Log.open(log_dir / "t-0", CONFIG, clock=clock)
-    written = values(0, 10)
-    for value in written:
-        writer.append([value])
+    writer, written = writer_of_ten(log_dir, clock)
     writer.flush()
     path = writer.active_segment.path
     whole = path.read_bytes()
