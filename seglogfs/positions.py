@@ -414,7 +414,9 @@ class PositionReader:
                     data = rendering.render(batch).data
                     if skip:
                         data, skip = data[skip:], 0
-                    segment = log.segments.floor_segment(batch.base_offset)
+                    # By the last offset: a legacy compressed batch's base offset
+                    # would decompress it again.
+                    segment = log.segments.floor_segment(batch.last_offset)
                     r = Rendered(
                         cursor,
                         data,

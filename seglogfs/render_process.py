@@ -20,8 +20,8 @@ the descriptor kept open here, with the same bytes.
 Protocol (``seglogfs.renderer`` is the other side): length-prefixed pickles over a
 socket pair, one ``FillRequest`` in, one ``(request_id, FillResult | str)`` out (a
 string is an error: the daemon then renders those bytes itself). The process ignores
-SIGINT (a terminal's Ctrl-C is for the daemon, which stops it) and exits when the daemon
-closes the socket.
+SIGINT and SIGHUP (a terminal's Ctrl-C or hangup is for the daemon, which stops it) and
+exits when the daemon closes the socket.
 
 Run as ``python -m seglogfs.render_process SOCKET_FD ARENA_FD ARENA_BYTES``.
 """
@@ -215,7 +215,10 @@ def _receive_exactly(sock: socket.socket, size: int) -> bytes | None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     sock_fd, arena_fd, arena_bytes = (int(arg) for arg in args)
+    # A terminal's Ctrl-C or hangup reaches the whole process group: they are the
+    # daemon's to handle; this process ends when the daemon closes the socket.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     tune_malloc()  # one 1 MiB read buffer and rendering after another, as the daemon
     sock = socket.socket(fileno=sock_fd)
     arena = mmap.mmap(arena_fd, arena_bytes)

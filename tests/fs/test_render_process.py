@@ -29,6 +29,7 @@ from seglogfs.renderer import SLOT_BYTES, SLOTS, SLOTS_PER_FILE, Renderer
 from storage import CorruptRecordError, Log, LogManager
 from tests.conftest import ManualClock
 from tests.fs.conftest import needs_fuse
+from tests.fs.test_kafka_copy import CODECS, legacy_batch, v2_batch
 from tests.fs.test_mount import MountDir
 from tests.fs.test_operations import CTX, inode_of, open_manager, run_sync
 
@@ -48,7 +49,9 @@ def _render_all(log: Log, rendering: Rendering) -> bytes:
     return b"".join(rendering.render(batch).data for batch in log.batches(log.log_start_offset))
 
 
-def _fill_all(log: Log, rendering: Rendering, capacities: random.Random) -> tuple[bytes, int]:
+def _fill_all(
+    log: Log, rendering: Rendering, capacities: random.Random, max_capacity: int = 1 << 20
+) -> tuple[bytes, int]:
     # Walk the segments with fills of random capacity, as the daemon chains them.
     arena = mmap.mmap(-1, 1 << 20)
     view = memoryview(arena)
@@ -69,7 +72,7 @@ def _fill_all(log: Log, rendering: Rendering, capacities: random.Random) -> tupl
                     next_offset,
                     skip,
                     0,
-                    capacities.randint(1, 1 << 20),
+                    capacities.randint(1, max_capacity),
                     rendering.raw,
                     rendering.key_separator,
                 )
@@ -110,6 +113,36 @@ def test_fills_render_what_the_daemon_renders(
             got, cuts = _fill_all(log, rendering, random.Random(seed))
             assert got == expected
             assert cuts > 0  # some fills ended inside a batch and the next went on there
+
+
+def test_fills_of_kafka_segments_in_every_format(tmp_path: Path) -> None:
+    # Segments written by another implementation (kafka-python): legacy v0/v1 message
+    # sets plain and compressed, v2 in every codec, transaction markers; read-only, as
+    # a mounted copy of a broker's directory.
+    parts: list[bytes] = []
+    offset = 0
+    for round_ in range(40):
+        values = [b"r%d-%d %s" % (round_, i, b"w" * (round_ * 37 % 900)) for i in range(3)]
+        for magic, codec in [(0, 0), (0, 1), (1, 0), (1, 2)]:
+            parts.append(legacy_batch(magic, codec, offset, list(values)))
+            offset += len(values)
+        for codec in CODECS.values():
+            parts.append(v2_batch(offset, codec, [(b"k", v) for v in values]))
+            offset += len(values)
+        parts.append(v2_batch(offset, 0, [(b"\x00\x00\x00\x01", b"\x00" * 6)], control=True))
+        offset += 1
+    log_dir = tmp_path / "kafka-logs"
+    (log_dir / "copy-0").mkdir(parents=True)
+    (log_dir / "copy-0" / "00000000000000000000.log").write_bytes(b"".join(parts))
+    with LogManager.open(log_dir, read_only=True, extension=position_index_spec) as manager:
+        log = manager.log("copy", 0)
+        rendering = Rendering.of(manager.topic("copy"))
+        expected = _render_all(log, rendering)
+        assert expected.count(b"\n") == 40 * 3 * 9  # markers render nothing
+        for seed in range(3):
+            got, cuts = _fill_all(log, rendering, random.Random(seed), max_capacity=20_000)
+            assert got == expected
+            assert cuts > 0
 
 
 def _one_segment_log(log_dir: Path) -> tuple[LogManager, Log]:
