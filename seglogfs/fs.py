@@ -153,6 +153,7 @@ class OpenFile:
         "node",
         "reader",
         "slots",
+        "stalled",
         "sticky",
         "writable",
     )
@@ -171,6 +172,9 @@ class OpenFile:
         self.slots: list[int] = []
         self.fill: trio.Event | None = None
         self.closed = False
+        # The kept bytes after which a fill brought nothing (a corrupt batch, a batch
+        # still being written): not asked for again until the reader moves on.
+        self.stalled: Rendered | None = None
 
 
 _logged_failures: set[tuple[str, str]] = set()
@@ -731,7 +735,7 @@ class Operations(pyfuse3.Operations):
         if of.fill is not None or of.closed:
             return
         tail = reader.fill_tail(log)
-        if tail is None:
+        if tail is None or tail is of.stalled:
             return
         plan = _fill_plan(log, tail)
         if plan is None:
@@ -798,7 +802,12 @@ class Operations(pyfuse3.Operations):
                     slot,
                 )
                 reader.accept_fill(tail, filled)
+            else:
+                # Asking again at once would get the same answer, in a loop: the
+                # daemon's own read of these bytes says what is wrong, if anything.
+                of.stalled = tail
         except Exception as exc:
+            of.stalled = tail
             logger.debug("fill for %s failed: %r", of.node, exc)
         finally:
             event, of.fill = of.fill, None

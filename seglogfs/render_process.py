@@ -119,9 +119,10 @@ def fill(files: SegmentFiles, request: FillRequest, arena: memoryview) -> FillRe
     into the slot.
 
     Raises:
-        CorruptRecordError: a batch fails its CRC or does not parse, or the batch at
-            ``position`` is not the one holding ``next_offset`` (the daemon's view and
-            the file disagree); nothing is served from this fill.
+        CorruptRecordError: the first batch fails its CRC or does not parse, or the
+            batch at ``position`` is not the one holding ``next_offset`` (the daemon's
+            view and the file disagree). A bad batch after good ones ends the fill
+            early instead: the next fill begins with it and raises.
         OSError: the file cannot be opened or read.
     """
     out = arena[request.slot_start : request.slot_start + request.capacity]
@@ -133,7 +134,12 @@ def fill(files: SegmentFiles, request: FillRequest, arena: memoryview) -> FillRe
     skip = request.skip
     first = True
     while written < capacity and request.end - position > 0:
-        batches = _batches(fd, position, request.end)
+        try:
+            batches = _batches(fd, position, request.end)
+        except CorruptRecordError:
+            if written == 0:
+                raise
+            break  # the bytes before it are good: the next fill starts there and fails
         if not batches:
             break  # no further complete batch below `end`
         for batch in batches:
@@ -149,6 +155,10 @@ def fill(files: SegmentFiles, request: FillRequest, arena: memoryview) -> FillRe
                         position=position,
                     )
             if not batch.is_valid():
+                if written:
+                    # Serve what came before, as the daemon's own read does; the next
+                    # fill starts at this batch and reports it.
+                    return FillResult(written, next_offset, position, skip)
                 raise CorruptRecordError("CRC mismatch", position=batch.position)
             data = memoryview(
                 render_batch(batch, raw=request.raw, key_separator=request.key_separator).data

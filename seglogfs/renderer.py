@@ -77,7 +77,8 @@ class Renderer:
         self._next_token = itertools.count(1)
         self._closing = False
         self.alive = True
-        # Fills answered with bytes, and those bytes (for tests and --debug).
+        # Fills sent; those answered with bytes, and the bytes (for tests and --debug).
+        self.requests = 0
         self.fills = 0
         self.filled_bytes = 0
 
@@ -204,6 +205,7 @@ class Renderer:
             raw,
             key_separator,
         )
+        self.requests += 1
         event = trio.Event()
         result: list[FillResult | str | None] = []
         self._pending[request.request_id] = (event, result)

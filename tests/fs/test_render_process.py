@@ -10,6 +10,7 @@ counted and replies are views of the shared arena), or the tests would pass with
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import random
@@ -145,6 +146,14 @@ def test_fills_of_kafka_segments_in_every_format(tmp_path: Path) -> None:
             assert cuts > 0
 
 
+def _flip_byte(path: Path, position: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)[0]
+        f.seek(position)
+        f.write(bytes([byte ^ 0xFF]))
+
+
 def _one_segment_log(log_dir: Path) -> tuple[LogManager, Log]:
     manager = LogManager.open(log_dir, extension=position_index_spec)
     manager.create_topic("t", 1)
@@ -154,21 +163,28 @@ def _one_segment_log(log_dir: Path) -> tuple[LogManager, Log]:
     return manager, log
 
 
-def test_fill_refuses_a_batch_that_fails_its_crc(log_dir: Path) -> None:
+def test_fill_stops_before_a_batch_that_fails_its_crc_and_refuses_it(log_dir: Path) -> None:
     manager, log = _one_segment_log(log_dir)
     with manager:
         segment = log.segments.values()[0]
+        rendering = Rendering.of(manager.topic("t"))
         batches = list(log.batches(0))
-        with open(segment.path, "r+b") as f:
-            f.seek(batches[1].position + batches[1].size - 3)
-            f.write(b"#")
-        request = FillRequest(
-            1, str(segment.path), 0, 0, segment.size, 0, 0, 0, 1 << 20, False, None
-        )
+        good = rendering.render(batches[0]).data
+        _flip_byte(segment.path, batches[1].position + batches[1].size - 3)
+        arena = memoryview(bytearray(1 << 20))
         files = SegmentFiles()
         try:
+            # The good batch before it is served, and the fill ends there.
+            request = FillRequest(
+                1, str(segment.path), 0, 0, segment.size, 0, 0, 0, 1 << 20, False, None
+            )
+            result = fill(files, request, arena)
+            assert bytes(arena[: result.written]) == good
+            assert (result.next_offset, result.position) == (1 * 50, batches[1].position)
+            # The next fill begins with the bad batch: refused, nothing served.
+            request = request._replace(position=result.position, next_offset=50)
             with pytest.raises(CorruptRecordError, match="CRC"):
-                fill(files, request, memoryview(bytearray(1 << 20)))
+                fill(files, request, arena)
         finally:
             files.close()
 
@@ -327,6 +343,44 @@ async def test_retention_under_a_streaming_reader(manager: LogManager) -> None:
         assert bytes(got) == expected[: len(got)]
         assert bytes(rest) == expected[log.log_start_offset * 4096 :]
         assert renderer.fills > fills  # and streams again after the jump
+        await ops.release(fh)
+
+
+@pytest.mark.trio
+async def test_a_corrupt_batch_mid_stream_is_eio_and_no_fill_loop(manager: LogManager) -> None:
+    async with _streaming(manager, 12_000, 4096) as (ops, renderer, expected):
+        log = manager.log("t", 0)
+        corrupt = next(b for b in log.batches(0) if b.base_offset >= 3000)  # at ~12 MiB
+        segment = log.segments.floor_segment(corrupt.last_offset)
+        assert segment is not None
+        _flip_byte(segment.path, corrupt.position + corrupt.size - 100)  # a bad CRC
+        fh = (await ops.open(await inode_of(ops, "/t/0"), os.O_RDONLY, CTX)).fh
+        got = bytearray()
+        for _ in range(2):
+            got += await ops.read(fh, len(got), BLOCK_SIZE)
+        # A slow reader (less, a full pipe): the fills run ahead on their own and one
+        # meets the corrupt batch while no read is in progress. It must not be asked
+        # for again and again.
+        await trio.sleep(0.3)
+        requests = renderer.requests
+        assert renderer.fills >= 1
+        await trio.sleep(0.3)
+        assert renderer.requests == requests
+        code = 0
+        while code == 0:
+            try:
+                data = await ops.read(fh, len(got), BLOCK_SIZE)
+            except pyfuse3.FUSEError as error:
+                code = error.errno
+            else:
+                assert data, "read to the end past a corrupt batch"
+                got += data
+        assert code == errno.EIO
+        assert bytes(got) == expected[: corrupt.base_offset * 4096]  # all before it
+        after = renderer.requests
+        assert after <= requests + 2  # not one failing fill per read before the batch
+        await trio.sleep(0.2)
+        assert renderer.requests == after
         await ops.release(fh)
 
 
