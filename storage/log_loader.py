@@ -102,13 +102,16 @@ def load_log(
     # Segments whose extension index file did not exist: their start is unknown (an
     # index created empty now would read as "starts at 0").
     extension_missing: set[int] = set()
+    opened: list[LogSegment] = []
     for base_offset in _segment_base_offsets(directory):
         if extension is not None and not (
             extension_index_file(directory, base_offset, extension.suffix).exists()
         ):
             extension_missing.add(base_offset)
-        segment = _open_segment(directory, base_offset, config, now, writable, scratch, extension)
-        segments.add(segment)
+        opened.append(
+            _open_segment(directory, base_offset, config, now, writable, scratch, extension)
+        )
+    segments.add_all(opened)
 
     if not had_clean_shutdown:
         _recover_from(segments, recovery_point, writable)
@@ -122,8 +125,7 @@ def load_log(
             last.read_next_offset(),
             log_start_offset,
         )
-        for segment in segments.values():
-            segments.remove(segment.base_offset)
+        for segment in segments.remove_all(segments.base_offsets()):
             segment.delete_if_exists()
 
     if len(segments) == 0:
@@ -369,13 +371,12 @@ def _recover_from(segments: LogSegments, recovery_point: int, writable: bool) ->
                     segment.base_offset,
                     truncated,
                 )
-            for later in segments.values():
-                if later.base_offset > segment.base_offset:
-                    segments.remove(later.base_offset)
-                    if writable:
-                        later.delete_if_exists()
-                    else:
-                        later.close_handlers()
+            later = [s.base_offset for s in segments.values(segment.base_offset + 1)]
+            for removed in segments.remove_all(o for o in later if o > segment.base_offset):
+                if writable:
+                    removed.delete_if_exists()
+                else:
+                    removed.close_handlers()
             return
 
 
@@ -460,13 +461,15 @@ def refresh_segments(
                 segment.close_handlers()
     known = set(segments.base_offsets())
     previous_active = segments.last_segment
+    appeared: list[LogSegment] = []
     for base_offset in sorted(on_disk - known):
         try:
-            segments.add(
+            appeared.append(
                 _open_segment(directory, base_offset, config, now, False, scratch, extension)
             )
         except FileNotFoundError:
             continue  # deleted between listdir and open
+    segments.add_all(appeared)
     refresh_from = previous_active.base_offset if previous_active is not None else 0
     refreshed = segments.values(refresh_from)
     for segment in refreshed:

@@ -189,6 +189,33 @@ def test_add_replaces_the_segment_at_the_same_base_offset(
     three._check()
 
 
+def test_add_all_and_remove_all_publish_what_one_at_a_time_would(
+    log_dir: Path, opened: list[LogSegment]
+) -> None:
+    segments = LogSegments()
+    made = [open_segment(log_dir, base, 5) for base in (40, 0, 20, 10, 30)]
+    opened.extend(made)
+    segments.add_all(made)
+    segments._check()
+    assert segments.base_offsets() == [0, 10, 20, 30, 40]
+    floor = segments.floor_segment(27)
+    assert floor is not None
+    assert floor.base_offset == 20  # the lock-free lookups see the new snapshot
+    assert bases(segments.remove_all([10, 30])) == [10, 30]
+    segments._check()
+    assert bases(segments.values()) == [0, 20, 40]
+    higher = segments.higher_segment(5)
+    assert higher is not None
+    assert higher.base_offset == 20
+    with pytest.raises(KeyError):
+        segments.remove_all([0, 15])  # 0 goes, then 15 is missing
+    assert segments.base_offsets() == [20, 40]
+    first = segments.first_segment
+    assert first is not None
+    assert first.base_offset == 20  # published although a key was missing
+    segments._check()
+
+
 def test_size_in_bytes_is_the_size_of_the_log_files_on_disk(three: LogSegments) -> None:
     on_disk = sum(os.path.getsize(segment.path) for segment in three.values())
     assert on_disk > 0
