@@ -286,8 +286,9 @@ def _fixed_width_array(values: np.ndarray, type_: pa.DataType) -> pa.Array:
 
     ``pa.array`` would do the same, but pyarrow's conversion of numpy (and Python)
     objects imports pandas on first use: some 33,000 objects more in the Python worker,
-    which Spark's daemon scans with ``gc.collect()`` after every task (about 15 ms of
-    CPU per task here).
+    which Spark's daemon scans with ``gc.collect()`` after every task (a full collection
+    took 10.5 ms with pandas imported, 3.9 ms without, in one process here), and 110 ms
+    more for a worker's first read.
     """
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
