@@ -47,8 +47,11 @@ from .malloc_tuning import tune_malloc
 
 __all__ = ["FillRequest", "FillResult", "SegmentFiles", "fill", "main", "receive", "send"]
 
-READ_BYTES = 1 << 20
-"""Bytes of a segment file read at a time (a batch larger than this is read whole)."""
+READ_BYTES = 2 << 20
+"""Bytes of a segment file read at a time (a batch larger than this is read whole). A
+read ends inside a batch, which the next read takes again: with 2 MiB rather than 1 MiB
+less is read twice (fills of 4 KiB records 4.8 -> 5.2 GB/s in one process; 4 MiB reads
+leave the CPU's cache and gain nothing more)."""
 
 MAX_OPEN_FILES = 64
 """Segment descriptors kept open (least recently used closed first)."""
