@@ -66,6 +66,7 @@ from .options import (
     resolve_ending_offsets,
     resolve_starting_offsets,
 )
+from .worker_socket import UnpickledInTasks
 
 
 @dataclass(frozen=True)
@@ -439,10 +440,11 @@ class Pushdown:
         return OffsetRange(r.topic, r.partition, start, end, self.min_timestamp)
 
 
-class SeglogBatchReader(DataSourceReader):
+class SeglogBatchReader(UnpickledInTasks, DataSourceReader):
     """The batch reader of the ``seglog`` source (see the module docstring).
 
     Picklable: Spark ships it to its tasks; it holds options and pushed filters only.
+    Unpickling it in a task avoids Spark's socket stalls (``worker_socket``).
     """
 
     def __init__(self, opts: ReadOptions) -> None:

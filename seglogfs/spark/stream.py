@@ -49,6 +49,7 @@ from .options import (
     to_json_offsets,
 )
 from .reader import OffsetRange, ReadOnlyLogDir, read_offset_range
+from .worker_socket import UnpickledInTasks
 
 
 def rate_limit(limit: int, start: PartitionOffsets, until: PartitionOffsets) -> PartitionOffsets:
@@ -74,7 +75,7 @@ def rate_limit(limit: int, start: PartitionOffsets, until: PartitionOffsets) -> 
     return result
 
 
-class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class SeglogStreamReader(UnpickledInTasks, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The streaming reader of the ``seglog`` source (see the module docstring)."""
 
     def __init__(self, opts: ReadOptions) -> None:
