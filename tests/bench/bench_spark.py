@@ -32,15 +32,15 @@ the time from the first append until the query has counted them all, lines/s end
 (produced / that time) and the lag after the producer stopped; it keeps up when the lag
 stays within about two trigger intervals.
 
-Spark's Python workers talk to the JVM over TCP by default, and every task of a Python
-source waits about 40 ms between its command and its input, which Spark sends in two
-small writes (strace of a worker; 40 ms is Linux's delayed ACK, which Nagle's algorithm
-waits for). That is most of a Python source's fixed cost per query (a source that
-reads nothing: 0.20 s per ``groupBy`` with 4 partitions on 2 cores, 0.06 s with Unix
-sockets).
-``--unix-socket`` sets ``spark.python.unix.domain.socket.enabled`` (Spark 4.1+), which
-avoids it; the default run keeps Spark's default, what a user gets without it. The
-text baseline runs no Python either way.
+Spark's Python workers talk to the JVM over TCP by default, where every task of a
+Python source used to wait about 40 ms between its command and its input, which Spark
+sends in two small writes, and again for its last write (strace of a worker; 40 ms is
+Linux's delayed ACK, which Nagle's algorithm waits for). The source now avoids both
+from the worker's side (``seglogfs.spark.worker_socket``; ``SEGLOG_SPARK_QUICKACK=0``
+in the environment brings the stalls back, for comparison). ``--unix-socket`` sets
+``spark.python.unix.domain.socket.enabled`` (Spark 4.1+), which has no such stalls;
+the default run keeps Spark's default, what a user gets without it. The text baseline
+runs no Python either way.
 
 Files live in a temporary directory under ``$SEGLOG_BENCH_DIR`` (default: the system
 temp directory), removed at the end. Reads come from the page cache (it cannot be
