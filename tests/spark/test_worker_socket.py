@@ -43,6 +43,12 @@ while order := jvm.recv(1):
 
 STALL = 0.030  # Linux's delayed ACK is 40 ms at least; no stall is under 1 ms here
 TASKS = 9
+# A loaded machine may deschedule this process once for as long as a stall: tolerated.
+HICCUPS = 1
+
+
+def stalls(waits: list[float]) -> int:
+    return sum(w > STALL for w in waits)
 
 
 @contextmanager
@@ -114,7 +120,7 @@ def test_a_task_input_is_not_held_by_nagle(monkeypatch: pytest.MonkeyPatch) -> N
     with jvm_connection() as worker:
         tuned = input_waits(worker)
     assert statistics.median(stalled) > STALL, stalled  # the stall exists here
-    assert max(tuned) < STALL, tuned
+    assert stalls(tuned) <= HICCUPS, tuned
 
 
 def test_a_task_end_is_not_held_by_nagle(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,8 +132,8 @@ def test_a_task_end_is_not_held_by_nagle(monkeypatch: pytest.MonkeyPatch) -> Non
         assert avoid_ack_stalls() >= 1  # as a task's first reader unpickling does
         tuned = output_waits(worker)
     # Not every end stalls (only one written while data is unacknowledged).
-    assert sum(w > STALL for w in stalled) >= 2, stalled
-    assert max(tuned) < STALL, tuned
+    assert stalls(stalled) >= 2, stalled
+    assert stalls(tuned) <= HICCUPS, tuned
 
 
 def _nodelay(sock: socket.socket) -> int:
