@@ -67,10 +67,10 @@ class Sizes:
     roll_bytes: int
 
 
-# Consume reads 200 MB of 100-byte lines and 1 GB of 4-KiB records: a run of a few
-# hundred ms, so the ~3 ms of starting bash and cat that only the FUSE and plain figures
-# pay (the engine's is timed in this process) and a moment of another job's load weigh
-# little (with 205 MB of 4-KiB records, ~55 ms a run, the ratio moved 0.46-0.63).
+# Consume reads 200 MB of 100-byte lines and 1 GB of 4-KiB records: runs of a few
+# hundred ms, in which starting bash and cat (2 ms, paid by the FUSE and plain figures
+# only), the first fills of a stream and a moment of another job's load weigh little
+# (with 205 MB of 4-KiB records, ~55 ms a run, the ratio moved 0.46-0.63).
 FULL = Sizes(1_000_000, 2_000_000, 250_000, 5, 30, 10_000_000, 10_000, 1000, 300 * MIB)
 QUICK = Sizes(100_000, 200_000, 5_000, 2, 10, 200_000, 10_000, 200, 0)
 
