@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -96,6 +96,7 @@ def input_waits(worker: socket.socket) -> list[float]:
 
 def output_waits(worker: socket.socket) -> list[float]:
     """Per task: from its first output write until the JVM has its end marker."""
+    avoid_ack_stalls()  # as the first reader unpickled in this worker does
     waits = []
     for _ in range(TASKS):
         worker.sendall(b"o")
@@ -112,25 +113,26 @@ def in_worker(monkeypatch: pytest.MonkeyPatch, *, tuned: bool) -> None:
     monkeypatch.setenv("SEGLOG_SPARK_QUICKACK", "1" if tuned else "0")
 
 
+def untuned_then_tuned(
+    monkeypatch: pytest.MonkeyPatch, waits: Callable[[socket.socket], list[float]]
+) -> tuple[list[float], list[float]]:
+    """``waits`` on a fresh connection with the change turned off, then on one with it on."""
+    runs = []
+    for tuned in (False, True):
+        in_worker(monkeypatch, tuned=tuned)
+        with jvm_connection() as worker:
+            runs.append(waits(worker))
+    return runs[0], runs[1]
+
+
 def test_a_task_input_is_not_held_by_nagle(monkeypatch: pytest.MonkeyPatch) -> None:
-    in_worker(monkeypatch, tuned=False)
-    with jvm_connection() as worker:
-        stalled = input_waits(worker)
-    in_worker(monkeypatch, tuned=True)
-    with jvm_connection() as worker:
-        tuned = input_waits(worker)
+    stalled, tuned = untuned_then_tuned(monkeypatch, input_waits)
     assert statistics.median(stalled) > STALL, stalled  # the stall exists here
     assert stalls(tuned) <= HICCUPS, tuned
 
 
 def test_a_task_end_is_not_held_by_nagle(monkeypatch: pytest.MonkeyPatch) -> None:
-    in_worker(monkeypatch, tuned=False)
-    with jvm_connection() as worker:
-        stalled = output_waits(worker)
-    in_worker(monkeypatch, tuned=True)
-    with jvm_connection() as worker:
-        assert avoid_ack_stalls() >= 1  # as a task's first reader unpickling does
-        tuned = output_waits(worker)
+    stalled, tuned = untuned_then_tuned(monkeypatch, output_waits)
     # Not every end stalls (only one written while data is unacknowledged).
     assert stalls(stalled) >= 2, stalled
     assert stalls(tuned) <= HICCUPS, tuned
