@@ -13,6 +13,7 @@ lower bound into the log), never complete.
 from __future__ import annotations
 
 import abc
+import logging
 import mmap
 import os
 import struct
@@ -29,6 +30,8 @@ from .errors import (
 )
 
 __all__ = ["DEFAULT_MAX_INDEX_SIZE", "INT32_MAX", "AbstractIndex"]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
 """Kafka's ``segment.index.bytes`` default: 10 MiB."""
@@ -76,6 +79,15 @@ class AbstractIndex(abc.ABC):
     ``truncate_to`` zeroes the slots it removes, so a reopened file never resurrects
     removed entries. Nothing here is fsynced except by ``flush``; the index is rebuilt
     from the log after an unclean shutdown anyway.
+
+    Descriptors: a writable index keeps none of its own once mapped (as Kafka closes
+    the file after mapping it): the mapping holds the one CPython's ``mmap`` duplicates,
+    and ``resize`` (trimming on roll and close, regrowing) opens the file by name, which
+    only this writer changes (``rename_to``). A read-only index keeps its descriptor
+    besides its mapping's, to follow the inode through a writer's renames and to map a
+    longer prefix after ``refresh``. Per segment a writer thus holds 3 descriptors
+    (the ``.log`` and one per index) instead of 5, 4 with the file system's position
+    index instead of 7.
 
     Costs: lookups are a binary search over the mapping, O(log n), restricted first to
     Kafka's "warm" section (the last 8 KiB of entries) when the target lies there, so
@@ -151,10 +163,10 @@ class AbstractIndex(abc.ABC):
             else:
                 entries = self._count_valid_entries(fd, length)
             self._buf = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
-        except BaseException:
+        finally:
+            # The mapping keeps a descriptor of its own (CPython's mmap duplicates it):
+            # holding this one too would cost every segment a descriptor per index.
             os.close(fd)
-            raise
-        self._fd = fd
         self._length = length
         self._entries = entries
         self._max_entries = length // self.ENTRY_SIZE
@@ -398,15 +410,39 @@ class AbstractIndex(abc.ABC):
         # sees one or the other, never a missing buffer (see ``_unmap``). Growing, the
         # file grows before it is mapped; shrinking, it shrinks after: no mapping of
         # this index is ever touched past EOF (a SIGBUS).
-        if rounded > self._length:
-            os.ftruncate(self._fd, rounded)
-        self._buf = mmap.mmap(self._fd, rounded, access=mmap.ACCESS_WRITE) if rounded else b""
-        if rounded < self._length:
-            os.ftruncate(self._fd, rounded)
+        fd = self._open_to_resize(rounded)
+        try:
+            if rounded > self._length:
+                os.ftruncate(fd, rounded)
+            self._buf = mmap.mmap(fd, rounded, access=mmap.ACCESS_WRITE) if rounded else b""
+            if rounded < self._length:
+                os.ftruncate(fd, rounded)
+        finally:
+            os.close(fd)
         self._length = rounded
         self._max_entries = rounded // self.ENTRY_SIZE
         self._entries_changed()
         return True
+
+    def _open_to_resize(self, size: int) -> int:
+        # By name: a writable index keeps no descriptor (see the class docstring), and
+        # its name is current, since only this writer renames it.
+        try:
+            return os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            pass
+        # Deleted under the writer (by hand or by a tool). The mapping still holds the
+        # entries: write them to a new file of the new size, so that the index on disk
+        # stays whole and the remapping below finds the file at least that long.
+        logger.warning("index %s was deleted while open: writing it again", self._path)
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            os.pwrite(fd, self._buf[: self.size_in_bytes], 0)
+            os.ftruncate(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def trim_to_valid_size(self) -> None:
         """Cut the file to its entries, dropping the zero-filled preallocation.
@@ -649,6 +685,7 @@ class AbstractIndex(abc.ABC):
             assert self._buf == b""
             return
         if self._writable:
+            assert self._fd == -1, "a writable index keeps no descriptor of its own"
             assert len(self._buf) == self._length, (len(self._buf), self._length)
             assert self._length % size == 0
             tail = self._buf[self._entries * size :]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
+import logging
+import os
 import shutil
 import struct
 import tempfile
@@ -98,6 +101,59 @@ def test_close_trims_and_is_idempotent(index_path: Path) -> None:
     idx.close()
     assert idx.closed
     assert index_path.stat().st_size == 16
+
+
+def _descriptors_of(path: Path) -> int:
+    """Open descriptors of this process on ``path`` (a mapping's own one included)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+            count += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    return count
+
+
+def test_a_writable_index_keeps_only_its_mappings_descriptor(index_path: Path) -> None:
+    # CPython's mmap holds a duplicate of the descriptor it maps; the index's own would
+    # be a second per index, two more per segment (as Kafka, it closes it once mapped).
+    idx = filled(index_path, [(101, 10), (102, 20)])
+    assert _descriptors_of(index_path) == 1
+    idx.trim_to_valid_size()  # a resize opens the file by name, and closes it again
+    assert _descriptors_of(index_path) == 1
+    assert idx.resize(80)
+    idx.append(103, 30)
+    idx._check()
+    idx.close()
+    assert _descriptors_of(index_path) == 0
+    assert len(index_path.read_bytes()) == 24
+
+
+def test_a_reader_keeps_its_descriptor_and_follows_a_rename(index_path: Path) -> None:
+    writer = filled(index_path, [(101, 10)])
+    reader = OffsetIndex(index_path, BASE, writable=False)
+    assert _descriptors_of(index_path) == 3  # the writer's mapping, the reader's two
+    deleted = index_path.with_name(index_path.name + ".deleted")
+    writer.rename_to(deleted)
+    writer.append(102, 20)
+    assert reader.refresh()  # through its descriptor: the name changed under it
+    assert reader.entries == 2
+    reader.close()
+    writer.close()
+    assert deleted.stat().st_size == 16
+
+
+def test_an_index_deleted_under_its_writer_is_written_again(
+    index_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    idx = filled(index_path, [(105, 0x1234), (110, 4096)])
+    index_path.unlink()
+    with caplog.at_level(logging.WARNING, logger="storage.index"):
+        idx.close()  # trims: the file is opened by name, and is gone
+    assert "was deleted while open" in caplog.text
+    assert index_path.read_bytes() == (
+        b"\x00\x00\x00\x05\x00\x00\x12\x34\x00\x00\x00\x0a\x00\x00\x10\x00"
+    )
+    with OffsetIndex(index_path, BASE, writable=False) as reader:
+        assert reader.lookup(111) == (110, 4096)
 
 
 def test_close_of_empty_index_leaves_empty_file(index_path: Path) -> None:
