@@ -52,6 +52,7 @@ from storage import (
 from storage.render import render_batch
 
 from . import __version__, control
+from .open_files_limit import raise_open_files_limit
 from .positions import position_index_spec
 
 PROG = "seglogfs"
@@ -978,6 +979,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     prog = PROG
+    raise_open_files_limit()  # a log holds descriptors per segment (see the module)
     try:
         if arguments and arguments[0] == "mount":
             prog = f"{PROG} mount"

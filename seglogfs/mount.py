@@ -52,6 +52,7 @@ from . import control, sd_notify
 from .fs import Operations, enable_request_logging
 from .maintenance import run_maintenance
 from .malloc_tuning import MALLOC_TUNING_ENV, MMAP_THRESHOLD, TRIM_THRESHOLD, tune_malloc
+from .open_files_limit import raise_open_files_limit
 from .positions import position_index_spec
 from .renderer import Renderer
 
@@ -149,6 +150,7 @@ def _error(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the daemon in the foreground until unmounted or signalled; the exit code."""
     _configure_logging(args.debug)
+    logger.debug("open files limit %d", raise_open_files_limit())
     if tune_malloc():
         logger.debug("malloc: mmap threshold %d, trim threshold %d", MMAP_THRESHOLD, TRIM_THRESHOLD)
     try:

@@ -39,7 +39,13 @@ class Mount:
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, env: dict[str, str] | None = None, *, wait: bool = True) -> None:
+    def start(
+        self,
+        env: dict[str, str] | None = None,
+        *,
+        wait: bool = True,
+        preexec_fn: Callable[[], object] | None = None,
+    ) -> None:
         command = [sys.executable, "-m", "seglogfs.mount", str(self.log_dir), str(self.mountpoint)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -48,6 +54,7 @@ class Mount:
                 stderr=log,
                 cwd=ROOT,
                 env={**os.environ, **(env or {})},
+                preexec_fn=preexec_fn,
             )
         if wait:
             self.wait_mounted()
@@ -99,18 +106,26 @@ def mounts(tmp_path: Path) -> Iterator[list[Mount]]:
         mount.cleanup()
 
 
+MountDir = Callable[..., Mount]
+"""The ``mount_dir`` fixture's type."""
+
+
 @pytest.fixture
-def mount_dir(tmp_path: Path, mounts: list[Mount]) -> Callable[..., Mount]:
+def mount_dir(tmp_path: Path, mounts: list[Mount]) -> MountDir:
     """``mount_dir(log_dir, *args)``: mount ``log_dir`` on a fresh mount point."""
 
     def start(
-        log_dir: Path, *args: str, env: dict[str, str] | None = None, wait: bool = True
+        log_dir: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        wait: bool = True,
+        preexec_fn: Callable[[], object] | None = None,
     ) -> Mount:
         mountpoint = tmp_path / f"mnt{len(mounts)}"
         mountpoint.mkdir()
         mount = Mount(log_dir, mountpoint, list(args), tmp_path / f"daemon{len(mounts)}.log")
         mounts.append(mount)
-        mount.start(env, wait=wait)
+        mount.start(env, wait=wait, preexec_fn=preexec_fn)
         return mount
 
     return start

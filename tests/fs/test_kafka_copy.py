@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import struct
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from .conftest import Mount, needs_fuse
+from .conftest import MountDir, needs_fuse
 
 pytestmark = needs_fuse
 
@@ -104,9 +103,7 @@ def build_broker_dir(log_dir: Path) -> list[bytes | None]:
     return values
 
 
-def test_kafka_copy_reads_as_a_consumer_sees_it(
-    tmp_path: Path, mount_dir: Callable[..., Mount]
-) -> None:
+def test_kafka_copy_reads_as_a_consumer_sees_it(tmp_path: Path, mount_dir: MountDir) -> None:
     log_dir = tmp_path / "kafka-logs"
     values = build_broker_dir(log_dir)
     mount = mount_dir(log_dir, "-o", "ro")
@@ -131,7 +128,7 @@ def test_kafka_copy_reads_as_a_consumer_sees_it(
     assert (mnt / "legacy" / "0@-2").read_bytes() == b"after the marker\n"
 
 
-def test_internal_topics_shown_when_asked(tmp_path: Path, mount_dir: Callable[..., Mount]) -> None:
+def test_internal_topics_shown_when_asked(tmp_path: Path, mount_dir: MountDir) -> None:
     log_dir = tmp_path / "kafka-logs"
     build_broker_dir(log_dir)
     mount = mount_dir(log_dir, "-o", "ro,internal")
@@ -140,7 +137,7 @@ def test_internal_topics_shown_when_asked(tmp_path: Path, mount_dir: Callable[..
 
 
 def test_log_start_inside_a_segment_hides_the_records_below_it(
-    tmp_path: Path, mount_dir: Callable[..., Mount]
+    tmp_path: Path, mount_dir: MountDir
 ) -> None:
     # After Kafka's DeleteRecords the log start offset checkpoint names an offset in
     # the middle of a segment: a consumer sees nothing below it.

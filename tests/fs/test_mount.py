@@ -24,11 +24,9 @@ import pytest
 
 from storage import LogManager, partition_for_key
 
-from .conftest import Mount, is_mounted, needs_fuse
+from .conftest import Mount, MountDir, is_mounted, needs_fuse
 
 pytestmark = needs_fuse
-
-MountDir = Callable[..., Mount]
 
 
 def sh(command: str, **kwargs: object) -> subprocess.CompletedProcess[str]:

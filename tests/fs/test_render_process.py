@@ -29,9 +29,8 @@ from seglogfs.render_process import FillRequest, SegmentFiles, fill
 from seglogfs.renderer import SLOT_BYTES, SLOTS, SLOTS_PER_FILE, Renderer
 from storage import CorruptRecordError, Log, LogManager
 from tests.conftest import ManualClock
-from tests.fs.conftest import needs_fuse
+from tests.fs.conftest import MountDir, needs_fuse
 from tests.fs.test_kafka_copy import CODECS, legacy_batch, v2_batch
-from tests.fs.test_mount import MountDir
 from tests.fs.test_operations import CTX, inode_of, open_manager, run_sync
 
 MIB = 1 << 20
