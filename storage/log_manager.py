@@ -21,7 +21,6 @@ lock; each ``Log`` serialises its own appends.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -116,6 +115,8 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         # The (device, inode) of each partition directory a read-only log was opened on.
         self._dir_ids: dict[TopicPartition, tuple[int, int] | None] = {}
+        # Read-only: partitions found on disk, opened on first use (``log``, ``logs``).
+        self._unopened: set[TopicPartition] = set()
         self._closed = False
 
     @classmethod
@@ -129,6 +130,11 @@ class LogManager:
         extension: ExtensionFactory | None = None,
     ) -> LogManager:
         """Open the log directory (creating it when writable) and load every log.
+
+        Read-only, the topics are read now and each partition's log is opened on first
+        use (``log``, ``logs``): a reader of one topic maps that topic's segments only
+        (each holds descriptors and mappings), and a damaged log of another topic does
+        not stop it.
 
         ``extension`` gives each topic's extension index spec (see ``ExtensionIndexSpec``);
         the engine then keeps that index for every segment of the topic's partitions.
@@ -174,7 +180,9 @@ class LogManager:
             for partition in range(metadata.partitions):
                 tp = (metadata.name, partition)
                 directory = self.log_dir / topic_partition_dir_name(*tp)
-                if self.read_only and not directory.is_dir():
+                if self.read_only:
+                    if directory.is_dir():
+                        self._unopened.add(tp)
                     continue
                 self._logs[tp] = Log.open(
                     directory,
@@ -195,6 +203,44 @@ class LogManager:
             if had_clean_shutdown:
                 marker.unlink()
                 fsync_directory(self.log_dir)
+
+    def _open_unopened(self, tps: Iterable[TopicPartition]) -> None:
+        """Open read-only logs found earlier (the caller holds ``self._lock``).
+
+        The checkpoints and the clean-shutdown marker are read now, as an open of the
+        whole directory at this moment would read them. A partition whose directory is
+        gone meanwhile stays closed (``log`` then reports it unknown).
+
+        Raises:
+            StorageError: a log cannot be opened (it stays unopened: a later call
+                tries again).
+        """
+        had_clean_shutdown = (self.log_dir / CLEAN_SHUTDOWN_FILE).exists()
+        recovery_points = read_offset_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = read_offset_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
+        for tp in tps:
+            directory = self.log_dir / topic_partition_dir_name(*tp)
+            identity = _directory_identity(directory)
+            if identity is None:
+                self._unopened.discard(tp)
+                continue
+            try:
+                log = Log.open(
+                    directory,
+                    self.topic_config(tp[0]),
+                    log_start_offset=start_offsets.get(tp, 0),
+                    recovery_point=recovery_points.get(tp, 0),
+                    had_clean_shutdown=had_clean_shutdown,
+                    clock=self.clock,
+                    writable=False,
+                    extension=self._extension_for(self._topics[tp[0]]),
+                )
+            except FileNotFoundError:
+                self._unopened.discard(tp)  # the topic was deleted while we looked
+                continue
+            self._unopened.discard(tp)
+            self._logs[tp] = log
+            self._dir_ids[tp] = identity
 
     def _extension_for(self, metadata: TopicMetadata) -> ExtensionIndexSpec | None:
         return None if self.extension is None else self.extension(metadata)
@@ -389,16 +435,25 @@ class LogManager:
         Raises:
             UnknownTopicError: no such topic or partition.
         """
-        try:
-            return self._logs[(topic, partition)]
-        except KeyError:
-            if topic in self._topics:
-                raise UnknownTopicError(topic, partition) from None
-            raise UnknownTopicError(topic) from None
+        tp = (topic, partition)
+        log = self._logs.get(tp)  # no lock: a writer's every log is open already
+        if log is None and tp in self._unopened:
+            with self._lock:
+                if tp in self._unopened:
+                    self._open_unopened([tp])
+                log = self._logs.get(tp)
+        if log is not None:
+            return log
+        if topic in self._topics:
+            raise UnknownTopicError(topic, partition)
+        raise UnknownTopicError(topic)
 
     def logs(self) -> list[Log]:
-        """Every open log, sorted by topic and partition (a snapshot)."""
+        """Every log, sorted by topic and partition (a snapshot); read-only, this opens
+        the ones not used yet."""
         with self._lock:
+            if self._unopened:
+                self._open_unopened(sorted(self._unopened))
             return [self._logs[tp] for tp in sorted(self._logs)]
 
     def describe_partition(self, topic: str, partition: int) -> PartitionDescription:
@@ -419,7 +474,7 @@ class LogManager:
         partitions = tuple(
             self.describe_partition(name, p)
             for p in range(metadata.partitions)
-            if (name, p) in self._logs
+            if (name, p) in self._logs or (name, p) in self._unopened
         )
         return TopicDescription(metadata, self.topic_config(name), partitions)
 
@@ -515,7 +570,7 @@ class LogManager:
 
         A partition directory that is gone, or is another directory than the one its
         log was opened on (the topic was deleted and created again), closes that log;
-        a new one is opened on what is there now.
+        a new one is opened on what is there now, on first use.
         """
         with self._lock:
             topics = read_topics_file(self.log_dir / SEGLOG_TOPICS_FILE)
@@ -532,22 +587,10 @@ class LogManager:
                     del self._logs[tp]
                     self._dir_ids.pop(tp, None)
             self._topics = topics
-            for topic, partitions in found.items():
-                for partition in partitions:
-                    tp = (topic, partition)
-                    if tp in self._logs:
-                        continue
-                    directory = self.log_dir / topic_partition_dir_name(*tp)
-                    with contextlib.suppress(StorageError, FileNotFoundError):
-                        identity = _directory_identity(directory)
-                        self._logs[tp] = Log.open(
-                            directory,
-                            self.topic_config(topic),
-                            clock=self.clock,
-                            writable=False,
-                            extension=self._extension_for(topics[topic]),
-                        )
-                        self._dir_ids[tp] = identity
+            # New partitions (and those re-created) are opened on first use, like the
+            # ones found at open; partitions gone since are forgotten.
+            on_disk = {(topic, p) for topic, partitions in found.items() for p in partitions}
+            self._unopened = on_disk - self._logs.keys()
             for log in self._logs.values():
                 log.refresh()
 

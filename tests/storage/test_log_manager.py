@@ -172,6 +172,56 @@ def test_read_only_manager_refuses_changes(log_dir: Path, clock: ManualClock) ->
     assert sorted(os.listdir(log_dir)) == before
 
 
+def _open_files_under(directory: Path) -> set[str]:
+    """Names of the files below ``directory`` this process holds open or mapped."""
+    names = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the listing's own descriptor
+        if target.startswith(f"{directory}/"):
+            names.add(os.path.relpath(target, directory))
+    return names
+
+
+def test_a_reader_opens_a_partitions_log_on_first_use(log_dir: Path, clock: ManualClock) -> None:
+    # A reader of one topic must not map every segment of the directory (the command
+    # line and Spark open read-only managers per command and per plan).
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("a", 2, {"segment.bytes": "200"})
+        manager.create_topic("b", 1, {"segment.bytes": "200"})
+        for tp in (("a", 0), ("a", 1), ("b", 0)):
+            for i in range(20):
+                manager.log(*tp).append([b"%s %d" % (tp[0].encode(), i)])
+        manager.log("a", 0).advance_log_start_offset(5)  # DeleteRecords, inside a segment
+    with LogManager.open(log_dir, read_only=True, clock=clock) as reader:
+        assert _open_files_under(log_dir) == set()
+        log = reader.log("a", 0)
+        assert log.log_start_offset == 5  # the checkpoint, read when the log opened
+        assert [r.value for r in log.records(5)][:2] == [b"a 5", b"a 6"]
+        assert {name.split("/")[0] for name in _open_files_under(log_dir)} == {"a-0"}
+        assert [p.partition for p in reader.describe_topic("a").partitions] == [0, 1]
+        assert {f"{log.topic}-{log.partition}" for log in reader.logs()} == {"a-0", "a-1", "b-0"}
+        with pytest.raises(UnknownTopicError):
+            reader.log("a", 2)
+    assert _open_files_under(log_dir) == set()
+
+
+def test_a_reader_finds_partitions_created_after_it_after_refresh(
+    log_dir: Path, clock: ManualClock
+) -> None:
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("a")
+        with LogManager.open(log_dir, read_only=True, clock=clock) as reader:
+            manager.create_topic("b")
+            manager.log("b", 0).append([b"new"])
+            with pytest.raises(UnknownTopicError):
+                reader.log("b", 0)
+            reader.refresh()
+            assert [r.value for r in reader.log("b", 0).records(0)] == [b"new"]
+
+
 def test_kafka_broker_directory_is_tolerated(log_dir: Path, clock: ManualClock) -> None:
     """Files a Kafka broker leaves beside its logs do not disturb opening."""
     with LogManager.open(log_dir, clock=clock) as manager:
