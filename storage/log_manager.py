@@ -133,8 +133,8 @@ class LogManager:
 
         Read-only, the topics are read now and each partition's log is opened on first
         use (``log``, ``logs``): a reader of one topic maps that topic's segments only
-        (each holds descriptors and mappings), and a damaged log of another topic does
-        not stop it.
+        (each holds descriptors and mappings), and an error opening a log is raised by
+        the call that uses it.
 
         ``extension`` gives each topic's extension index spec (see ``ExtensionIndexSpec``);
         the engine then keeps that index for every segment of the topic's partitions.
