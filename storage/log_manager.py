@@ -432,8 +432,12 @@ class LogManager:
     def log(self, topic: str, partition: int) -> Log:
         """The log of one partition.
 
+        Cost: a dictionary lookup; read-only, the first call for a partition opens its
+        log (its segments' files and indexes: O(segments)).
+
         Raises:
             UnknownTopicError: no such topic or partition.
+            StorageError: read-only, the log cannot be opened.
         """
         tp = (topic, partition)
         log = self._logs.get(tp)  # no lock: a writer's every log is open already
