@@ -191,7 +191,7 @@ class LogManager:
                     recovery_point=recovery_points.get(tp, 0),
                     had_clean_shutdown=had_clean_shutdown,
                     clock=self.clock,
-                    writable=not self.read_only,
+                    writable=True,
                     extension=self._extension_for(metadata),
                 )
                 self._dir_ids[tp] = _directory_identity(directory)

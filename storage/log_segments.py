@@ -38,9 +38,7 @@ class LogSegments:
 
     def add(self, segment: LogSegment) -> None:
         """Insert or replace the segment at its base offset. Cost: O(n) (the snapshot)."""
-        with self._lock:
-            self._segments[segment.base_offset] = segment
-            self._publish()
+        self.add_all((segment,))
 
     def add_all(self, segments: Iterable[LogSegment]) -> None:
         """Insert or replace several segments, publishing once: the loader opens a log's
@@ -72,10 +70,7 @@ class LogSegments:
         Raises:
             KeyError: no segment has that base offset.
         """
-        with self._lock:
-            segment: LogSegment = self._segments.pop(base_offset)
-            self._publish()
-            return segment
+        return self.remove_all((base_offset,))[0]
 
     def get(self, base_offset: int) -> LogSegment | None:
         with self._lock:

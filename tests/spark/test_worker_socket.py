@@ -22,6 +22,7 @@ import pytest
 
 from seglogfs.spark.options import ReadOptions
 from seglogfs.spark.reader import SeglogBatchReader
+from seglogfs.spark.stream import SeglogStreamReader
 from seglogfs.spark.worker_socket import avoid_ack_stalls
 
 # What the JVM stand-in does on each one-byte order from the worker.
@@ -77,11 +78,17 @@ def jvm_connection() -> Iterator[socket.socket]:
             jvm.wait(30)
 
 
-def input_waits(worker: socket.socket) -> list[float]:
+def shipped_reader(kind: str) -> bytes:
+    """A batch or stream reader as Spark ships it to a task."""
+    options = {"path": "/x", "subscribe": "t"}
+    if kind == "batch":
+        return pickle.dumps(SeglogBatchReader(ReadOptions.parse(options, streaming=False)))
+    return pickle.dumps(SeglogStreamReader(ReadOptions.parse(options, streaming=True)))
+
+
+def input_waits(worker: socket.socket, shipped: bytes) -> list[float]:
     """Per task: from the moment its command was read (and its reader unpickled) until
     its input arrived."""
-    reader = SeglogBatchReader(ReadOptions.parse({"path": "/x", "subscribe": "t"}, streaming=False))
-    shipped = pickle.dumps(reader)
     waits = []
     for _ in range(TASKS):
         worker.sendall(b"t")
@@ -125,8 +132,10 @@ def untuned_then_tuned(
     return runs[0], runs[1]
 
 
-def test_a_task_input_is_not_held_by_nagle(monkeypatch: pytest.MonkeyPatch) -> None:
-    stalled, tuned = untuned_then_tuned(monkeypatch, input_waits)
+@pytest.mark.parametrize("kind", ["batch", "stream"])
+def test_a_task_input_is_not_held_by_nagle(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    shipped = shipped_reader(kind)
+    stalled, tuned = untuned_then_tuned(monkeypatch, lambda worker: input_waits(worker, shipped))
     assert statistics.median(stalled) > STALL, stalled  # the stall exists here
     assert stalls(tuned) <= HICCUPS, tuned
 
