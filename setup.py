@@ -11,6 +11,9 @@ import would prefer them over an edited ``.py`` (an editable install would then 
 stale code), but in ``storage/_compiled/`` with ``manifest.json``, which records the
 SHA-256 of every source the build read. ``storage/_build.py`` loads them only when all
 those sources are unchanged; see the README section "Building".
+
+Module names here are relative to ``storage`` (``record.varint``), and source files are
+paths relative to ``storage/`` (``record/varint.py``), as the manifest keys them.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Iterable, Sequence
+from pathlib import Path, PurePosixPath
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -32,13 +35,14 @@ MANIFEST = "manifest.json"
 # Chosen by profile (README "Building"): the record decoder, batch headers and
 # iteration, the batch builder, varints and the renderer. Not ``file_records``: its scan
 # generator closes a descriptor in ``finally``, and a compiled generator dropped before
-# its end never runs that block (a descriptor leaked per lookup).
+# its end never runs that block (a descriptor leaked per lookup). All in ``record``, the
+# record format.
 COMPILED_MODULES = (
-    "batch_builder",
-    "record_batch",
-    "record_columns",
-    "render",
-    "varint",
+    "record.batch_builder",
+    "record.record_batch",
+    "record.record_columns",
+    "record.render",
+    "record.varint",
 )
 # One mypyc group: the modules call each other natively. Its shared library is
 # ``storage._engine__mypyc``.
@@ -47,46 +51,83 @@ GROUP = f"{PACKAGE}._engine"
 ROOT = Path(__file__).resolve().parent
 
 
-def storage_imports(module: str) -> set[str]:
-    """The ``storage`` modules that ``storage/<module>.py`` imports (names, no package)."""
-    tree = ast.parse((ROOT / PACKAGE / f"{module}.py").read_text("utf-8"))
-    found: set[str] = set()
+def source_file(module: str) -> str:
+    """``record.varint`` -> ``record/varint.py``: a module's source, relative to ``storage/``."""
+    return f"{module.replace('.', '/')}.py"
+
+
+def storage_file(parts: Sequence[str]) -> str | None:
+    """The source of module or package ``storage.<parts>`` (relative to ``storage/``).
+
+    A package is its ``__init__.py``; ``None`` when no such file is under ``storage/``.
+    """
+    relative = "/".join(parts)
+    candidates = (f"{relative}.py", f"{relative}/__init__.py") if parts else ("__init__.py",)
+    for candidate in candidates:
+        if (ROOT / PACKAGE / candidate).is_file():
+            return candidate
+    return None
+
+
+def storage_imports(source: str) -> set[str]:
+    """The storage sources that ``storage/<source>`` imports (paths relative to ``storage/``).
+
+    Resolves relative imports at any level (``from ..errors import X``, ``from . import
+    x``, ``from .x import y``) and absolute ones (``import storage.log.segment``). For
+    ``from P import n``, ``n`` counts when it is a submodule of ``P``, and ``P`` when some
+    ``n`` is not (``from .x import y``), not when ``P`` is only the package of the
+    submodules imported (``from . import x``, ``from ..record import record``).
+    A parent package's ``__init__.py`` counts only when imported from like that:
+    importing a submodule runs it, but the compiled code takes nothing from it.
+    """
+    package = PurePosixPath(source).parent.parts  # of __init__.py too: it is its package
+    tree = ast.parse((ROOT / PACKAGE / source).read_text("utf-8"))
+    found: set[str | None] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level == 1 and node.module:
-                found.add(node.module.split(".")[0])
-            elif node.level == 1:
-                found.update(alias.name for alias in node.names)
-            elif node.module and node.module.startswith(f"{PACKAGE}."):
-                found.add(node.module.split(".")[1])
+            named = node.module.split(".") if node.module else []
+            if node.level:
+                up = node.level - 1
+                if up > len(package):  # above storage/: not a storage module
+                    continue
+                target = [*package[: len(package) - up], *named]
+            elif named[0] == PACKAGE:
+                target = named[1:]
+            else:
+                continue
+            submodules = {storage_file([*target, alias.name]) for alias in node.names} - {None}
+            found |= submodules
+            if len(submodules) < len(node.names):  # some name is an attribute of P
+                found.add(storage_file(target))
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.startswith(f"{PACKAGE}."):
-                    found.add(alias.name.split(".")[1])
-    return {name for name in found if (ROOT / PACKAGE / f"{name}.py").exists()}
+                named = alias.name.split(".")
+                if named[0] == PACKAGE:
+                    found.add(storage_file(named[1:]))
+    return {file for file in found if file is not None}
 
 
 def source_closure(modules: Iterable[str]) -> list[str]:
-    """The compiled modules and every storage module they import, transitively.
+    """The compiled modules' sources and every storage source they import, transitively.
 
     mypyc reads all of them (it inlines ``Final`` constants of imported modules, for
     one), so a change to any of them makes the compiled code stale.
     """
-    todo = list(modules)
+    todo = [source_file(module) for module in modules]
     seen: set[str] = set()
     while todo:
-        module = todo.pop()
-        if module not in seen:
-            seen.add(module)
-            todo.extend(storage_imports(module))
+        source = todo.pop()
+        if source not in seen:
+            seen.add(source)
+            todo.extend(storage_imports(source))
     return sorted(seen)
 
 
 def source_hashes() -> dict[str, str]:
-    """SHA-256 of each source the compiled modules are built from, by file name."""
+    """SHA-256 of each source the compiled modules are built from, by path in ``storage/``."""
     return {
-        f"{name}.py": hashlib.sha256((ROOT / PACKAGE / f"{name}.py").read_bytes()).hexdigest()
-        for name in source_closure(COMPILED_MODULES)
+        source: hashlib.sha256((ROOT / PACKAGE / source).read_bytes()).hexdigest()
+        for source in source_closure(COMPILED_MODULES)
     }
 
 
@@ -104,7 +145,9 @@ class BuildCompiledEngine(build_ext):
     def run(self) -> None:
         if not self.extensions:
             return
-        target = Path(self.get_ext_fullpath(self.extensions[0].name)).parent
+        # ``storage/_compiled/`` (here or in the build directory): where the file of a
+        # module named ``storage._compiled.x`` goes; the manifest is not a module.
+        target = Path(self.get_ext_fullpath(f"{PACKAGE}.{COMPILED_DIR}.x")).parent
         try:
             super().run()
         except Exception as exc:  # no compiler, no headers, a compiler error: go pure
@@ -130,7 +173,9 @@ class BuildCompiledEngine(build_ext):
             "compiler": f"mypyc {_mypy_version()}",
             "python": sys.implementation.cache_tag,
             "modules": {
-                _loaded_name(ext.name): Path(self.get_ext_fullpath(ext.name)).name
+                _loaded_name(ext.name): Path(self.get_ext_fullpath(ext.name))
+                .relative_to(target)
+                .as_posix()
                 for ext in self.extensions
             },
             "sources": COMPILED_SOURCES,
@@ -156,8 +201,8 @@ def _write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
 
 
 def _loaded_name(extension_name: str) -> str:
-    """``storage._compiled.varint`` (where the file goes) -> ``storage.varint`` (its name)."""
-    return extension_name.replace(f".{COMPILED_DIR}.", ".")
+    """``storage._compiled.record.varint`` (where the file goes) -> ``storage.record.varint``."""
+    return extension_name.replace(f".{COMPILED_DIR}.", ".", 1)
 
 
 def _mypy_version() -> str:
@@ -169,15 +214,17 @@ def _mypy_version() -> str:
 def compiled_extensions() -> list[Extension]:
     """mypyc's extensions, renamed so that their files land in ``storage/_compiled/``.
 
-    The file name's last component keeps the module's ``PyInit_`` name; the loader in
-    ``storage/_build.py`` imports each under its real name.
+    ``storage.record.varint`` becomes ``storage._compiled.record.varint``: the tree under
+    ``_compiled/`` mirrors the package's, so two modules of one name in different
+    subpackages cannot collide, and the file name's last component keeps the module's
+    ``PyInit_`` name. The loader in ``storage/_build.py`` imports each under its real name.
     """
     try:
         from mypyc.build import mypycify
     except ImportError as exc:
         print(f"warning: mypyc unavailable ({exc}); pure-Python build", file=sys.stderr)
         return []
-    paths = [f"{PACKAGE}/{name}.py" for name in COMPILED_MODULES]
+    paths = [f"{PACKAGE}/{source_file(module)}" for module in COMPILED_MODULES]
     COMPILED_SOURCES.update(source_hashes())
     # mypyc counts any message as a failure. The project's config warns about
     # sections for modules the build does not read; and in pip's isolated build
@@ -198,8 +245,8 @@ def compiled_extensions() -> list[Extension]:
         print("warning: mypyc failed (above); pure-Python build", file=sys.stderr)
         return []
     for ext in extensions:
-        package, _, name = ext.name.rpartition(".")
-        ext.name = f"{package}.{COMPILED_DIR}.{name}"
+        # mypyc names every module and the group's library ``storage.<...>``
+        ext.name = f"{PACKAGE}.{COMPILED_DIR}.{ext.name.removeprefix(f'{PACKAGE}.')}"
     return extensions
 
 

@@ -1,7 +1,17 @@
-"""seglogfs: the file-system, command-line and Spark faces of the ``storage`` engine.
+"""seglogfs: the faces of the ``storage`` engine, one package each.
 
-The FUSE daemon, the CLI and the Spark data source are built on ``storage`` in later
-work; this package currently holds only the version.
+- ``seglogfs.daemon``: the FUSE daemon (``seglogfs mount``): topics as directories,
+  partitions as append-only files;
+- ``seglogfs.cli``: the command line (``seglogfs``), one module per command family;
+- ``seglogfs.control``: the control socket through which the command line and Spark
+  write to a directory a running daemon owns (protocol, client, server);
+- ``seglogfs.spark``: the ``seglog`` PySpark data source and sink.
+
+Shared by the faces: ``positions`` (the position index every writer keeps),
+``producer`` (the one produce path) and ``open_files_limit``. The layers are enforced
+by ``tests/test_layering.py``: the command line imports nothing of the daemon but its
+entry point, Spark neither the daemon nor the command line, and ``storage`` nothing of
+``seglogfs``.
 """
 
 __version__ = "0.1.0"

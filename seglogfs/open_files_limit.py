@@ -1,7 +1,7 @@
 """The soft limit on open descriptors, raised to the hard limit by the daemon and the CLI.
 
 An open log holds descriptors per segment (the daemon 4: the ``.log`` and one mapping
-per index; a read-only reader 5, see ``storage.index``), so the usual soft limit of a
+per index; a read-only reader 5, see ``storage.log.index``), so the usual soft limit of a
 login shell, 1024, ends a ``seglogfs mount`` or a ``seglogfs consume`` at a few hundred
 segments with "Too many open files" (seen: ``consume`` of one topic in a log directory
 of 4,000 segments). The hard limit is the administrator's (systemd's default 524288;

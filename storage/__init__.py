@@ -1,10 +1,25 @@
 """seglog storage: a pure-Python segmented log whose files are Apache Kafka's format.
 
-The layers, bottom up: records and batches (``record``, ``record_batch``,
-``batch_builder``, ``legacy_record``, ``compression``), index files (``offset_index``,
-``time_index``), a segment (``segment``), the sorted segment map (``log_segments``), a
-partition log with roll and retention (``log``) and its recovery (``log_loader``), and
-the log directory with topics, checkpoints and the writer lock (``log_manager``).
+Two layers, as Kafka groups its code, each a subpackage whose ``__init__`` lists its
+modules:
+
+- ``record``, the record format (Kafka's ``common/record``): records and batches
+  (``record``, ``record_batch``, ``batch_builder``, ``legacy_record``,
+  ``compression``, ``varint``), records as columns and rendered (``record_columns``,
+  ``render``), and a segment's ``.log`` file (``file_records``).
+- ``log``, built on ``record`` (Kafka's ``storage/internals/log``): index files
+  (``offset_index``, ``time_index``, ``extension_index`` over ``index``), a segment
+  (``segment``), the sorted segment map (``log_segments``), a partition log with roll
+  and retention (``log``) and its recovery (``log_loader``), and the log directory with
+  topics, checkpoints and the writer lock (``log_manager``, ``topic``, ``checkpoint``,
+  ``lock_file``), settings (``log_config``, ``properties``) and file names
+  (``file_names``).
+
+At the top level, beside them: the one exception tree of both (``errors``), the clock
+and the atomic file replacement the log uses (``clock``, ``atomic_file``), Kafka's key
+partitioner (``partitioner``) and the choice of build (``_build``).
+
+The public API is this module's ``__all__``; the subpackages re-export nothing.
 
 This package never imports trio, pyfuse3, pyspark or seglogfs.
 
@@ -14,7 +29,6 @@ why (see ``_build``).
 
 # First: ``_build`` chooses the compiled or the source modules before any is imported.
 from ._build import SELECTION
-from .batch_builder import build_record_batch
 from .clock import SYSTEM_CLOCK, Clock, SystemClock
 from .errors import (
     ConfigError,
@@ -36,17 +50,18 @@ from .errors import (
     TopicNotEmptyError,
     UnknownTopicError,
 )
-from .extension_index import ExtensionIndexSpec
-from .log import AppendInfo, Log
-from .log_config import BrokerConfig, LogConfig
-from .log_manager import LogManager, PartitionDescription, TopicDescription
+from .log.extension_index import ExtensionIndexSpec
+from .log.log import AppendInfo, Log
+from .log.log_config import BrokerConfig, LogConfig
+from .log.log_manager import LogManager, PartitionDescription, TopicDescription
+from .log.properties import load_properties, parse_properties
+from .log.topic import TopicMetadata, validate_topic_name
 from .partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
-from .properties import load_properties, parse_properties
-from .record import CompressionType, Header, Record, TimestampType
-from .record_batch import DefaultRecordBatch, LegacyRecordBatch, RecordBatch, iter_batches
-from .record_columns import RecordColumns
-from .render import RenderedBatch, render_batch, rendered_size
-from .topic import TopicMetadata, validate_topic_name
+from .record.batch_builder import build_record_batch
+from .record.record import CompressionType, Header, Record, TimestampType
+from .record.record_batch import DefaultRecordBatch, LegacyRecordBatch, RecordBatch, iter_batches
+from .record.record_columns import RecordColumns
+from .record.render import RenderedBatch, render_batch, rendered_size
 
 compiled: bool = SELECTION.compiled
 """True when the mypyc-compiled hot modules run (see ``build_info`` for why or why not)."""

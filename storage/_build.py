@@ -2,10 +2,14 @@
 
 The build (``setup.py``) compiles a few hot modules with mypyc into
 ``storage/_compiled/``, away from their sources, so Python's own import never picks a
-compiled module over its ``.py``. ``manifest.json`` there names each compiled file and
-the SHA-256 of every source the build read (the compiled modules and the storage
-modules they import). ``select()`` runs once, from ``storage/__init__.py`` before any
-other storage module is imported, and loads the compiled modules only when:
+compiled module over its ``.py``; the tree there mirrors the package's
+(``_compiled/record/varint.*.so`` is ``storage.record.varint``). ``manifest.json``
+there maps each module's dotted name to its compiled file (a path relative to
+``_compiled/``) and gives the SHA-256 of every source the build read (the compiled
+modules and the storage modules they import), keyed by path relative to ``storage/``
+(``record/varint.py``, ``errors.py``). ``select()`` runs once, from
+``storage/__init__.py`` before any other storage module is imported, and loads the
+compiled modules only when:
 
 - ``SEGLOG_PURE_PYTHON`` is unset, empty or ``0`` (set it to debug in pure Python);
 - the manifest exists and was built for this interpreter;
@@ -96,7 +100,7 @@ def _read_manifest() -> dict[str, object] | str:
 
 
 def changed_sources(sources: dict[str, str]) -> list[str]:
-    """The source files (names in ``storage/``) whose SHA-256 differs from the build's."""
+    """The sources (paths relative to ``storage/``) whose SHA-256 differs from the build's."""
     changed = []
     for name, digest in sorted(sources.items()):
         try:

@@ -29,11 +29,11 @@ def probe(copy: Path, **env: str) -> tuple[dict[str, Any], str]:
     """Import ``storage`` from ``copy`` in a fresh interpreter; report what ran."""
     code = (
         "import json, sys, importlib.machinery as m, storage\n"
-        "from storage.batch_builder import build_record_batch\n"
-        "from storage.record_batch import read_batch\n"
-        "from storage.render import render_batch\n"
+        "from storage.record.batch_builder import build_record_batch\n"
+        "from storage.record.record_batch import read_batch\n"
+        "from storage.record.render import render_batch\n"
         "batch = read_batch(build_record_batch([b'a', b'bc'], timestamps=0))\n"
-        "names = ['storage.record_columns', 'storage.varint', 'storage.render']\n"
+        "names = ['storage.record.' + n for n in ('record_columns', 'varint', 'render')]\n"
         "print(json.dumps({\n"
         "  'compiled': storage.compiled,\n"
         "  'reason': storage.build_info,\n"
@@ -41,7 +41,7 @@ def probe(copy: Path, **env: str) -> tuple[dict[str, Any], str]:
         "                for n in names},\n"
         "  'package': storage.__file__,\n"
         "  'rendered': render_batch(batch, raw=False, key_separator=None).data.decode(),\n"
-        "  'marker': getattr(sys.modules['storage.varint'], 'EDITED_MARKER', None),\n"
+        "  'marker': getattr(sys.modules['storage.record.varint'], 'EDITED_MARKER', None),\n"
         "}))\n"
     )
     environment = {k: v for k, v in os.environ.items() if k != _build.PURE_PYTHON_ENV}
@@ -118,11 +118,14 @@ def test_compiled_files_never_sit_next_to_their_sources(compiled_copy: Path) -> 
     # Python's own import prefers an extension module over a .py in the same
     # directory; keeping them apart is what lets an edited source win.
     package = compiled_copy / "storage"
-    assert list(package.glob("*.so")) == []
+    assert [so for so in package.rglob("*.so") if "_compiled" not in so.parts] == []
     manifest = json.loads((package / "_compiled" / "manifest.json").read_text())
-    assert "record_columns.py" in manifest["sources"]
-    assert "errors.py" in manifest["sources"]  # imported by compiled modules: in the closure
-    assert "log.py" not in manifest["sources"]
+    assert manifest["modules"]["storage.record.varint"].startswith("record/varint.")
+    assert "record/record_columns.py" in manifest["sources"]
+    # imported by compiled modules (from ..errors, from . import legacy_record): in the closure
+    assert "errors.py" in manifest["sources"]
+    assert "record/legacy_record.py" in manifest["sources"]
+    assert "log/log.py" not in manifest["sources"]
 
 
 def test_environment_variable_forces_pure_python(compiled_copy: Path) -> None:
@@ -135,7 +138,7 @@ def test_environment_variable_forces_pure_python(compiled_copy: Path) -> None:
     assert report["compiled"] is True
 
 
-@pytest.mark.parametrize("edited", ["varint.py", "errors.py"])
+@pytest.mark.parametrize("edited", ["record/varint.py", "errors.py"])
 def test_edited_source_runs_instead_of_the_stale_compiled_module(
     fresh_copy: Path, edited: str
 ) -> None:
@@ -146,21 +149,21 @@ def test_edited_source_runs_instead_of_the_stale_compiled_module(
     assert report["extension"] == dict.fromkeys(report["extension"], False)  # all or nothing
     assert f"{edited} changed since the compiled build" in stderr
     assert "pip install -e ." in stderr
-    if edited == "varint.py":
+    if edited == "record/varint.py":
         assert report["marker"] == 1  # the edited source is what runs
 
 
 def test_touched_but_unchanged_source_keeps_the_compiled_build(fresh_copy: Path) -> None:
-    os.utime(fresh_copy / "storage" / "varint.py")  # git checkout, editors: mtime only
+    os.utime(fresh_copy / "storage" / "record" / "varint.py")  # git checkout, editors: mtime only
     report, _ = probe(fresh_copy)
     assert report["compiled"] is True
 
 
 def test_missing_compiled_file_falls_back_with_a_warning(fresh_copy: Path) -> None:
-    (next((fresh_copy / "storage" / "_compiled").glob("render.*.so"))).unlink()
+    (next((fresh_copy / "storage" / "_compiled" / "record").glob("render.*.so"))).unlink()
     report, stderr = probe(fresh_copy)
     assert report["compiled"] is False
-    assert "compiled files missing for storage.render" in stderr
+    assert "compiled files missing for storage.record.render" in stderr
 
 
 def test_compiled_module_that_fails_to_load_falls_back_with_a_warning(fresh_copy: Path) -> None:
@@ -195,7 +198,7 @@ def test_source_saved_during_the_build_leaves_no_manifest(tmp_path: Path) -> Non
         "real = mypyc.build.mypycify\n"
         "def mypycify(*args, **kwargs):\n"
         "    extensions = real(*args, **kwargs)\n"
-        "    with open('storage/varint.py', 'a') as f:\n"
+        "    with open('storage/record/varint.py', 'a') as f:\n"
         "        f.write('\\nEDITED_MARKER = 1\\n')\n"
         "    return extensions\n"
         "mypyc.build.mypycify = mypycify\n"
@@ -219,7 +222,7 @@ def test_this_process_reports_its_build() -> None:
     assert storage.compiled is selection.compiled
     loaders = {
         name: type(importlib.import_module(name).__loader__).__name__
-        for name in ("storage.record_columns", "storage.render")
+        for name in ("storage.record.record_columns", "storage.record.render")
     }
     expected = "ExtensionFileLoader" if selection.compiled else "SourceFileLoader"
     assert set(loaders.values()) == {expected}, (selection.reason, loaders)

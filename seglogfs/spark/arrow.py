@@ -50,7 +50,7 @@ from pyspark.sql.types import (
 )
 
 from storage import Header, RecordColumns
-from storage.record_columns import PackedBinary, PackedColumns
+from storage.record.record_columns import PackedBinary, PackedColumns
 
 SCHEMA_DDL: Final = (
     "key binary, value binary, topic string, partition int, offset bigint, "

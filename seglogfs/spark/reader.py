@@ -54,7 +54,7 @@ from storage import (
     StorageError,
     UnknownTopicError,
 )
-from storage.record_columns import PackedColumns
+from storage.record.record_columns import PackedColumns
 
 from .arrow import SMALL_BATCH_ROWS, arrow_batches
 from .errors import DataLossError, OptionError

@@ -91,7 +91,7 @@ class Daemon:
         mountpoint.mkdir(exist_ok=True)
         self.log = open(mountpoint.parent / f"{mountpoint.name}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "seglogfs.mount", str(log_dir), str(mountpoint), *args],
+            [sys.executable, "-m", "seglogfs.daemon", str(log_dir), str(mountpoint), *args],
             stdout=self.log,
             stderr=self.log,
             cwd=ROOT,

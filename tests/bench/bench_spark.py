@@ -156,7 +156,7 @@ def bench_batch(spark: Any, root: Path, n: int, runs: int) -> list[tuple[str, st
 def bench_stream(spark: Any, root: Path, rate: int, seconds: float) -> list[tuple[str, str]]:
     import trio
 
-    from seglogfs.control import serve
+    from seglogfs.control.server import serve
     from seglogfs.spark import wordcount
     from storage import LogManager
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from storage import LogManager, build_record_batch
-from storage.render import render_batch
+from storage.record.render import render_batch
 from tests.cli.conftest import SCRIPT, Cli, strip_build_notice
 from tests.conftest import ManualClock
 
@@ -36,7 +36,7 @@ def _fill(log_dir: Path, clock: ManualClock) -> None:
 
 
 def _expected_lines(records: Sequence[tuple[bytes | None, bytes | None]]) -> bytes:
-    # SPEC §3 rendering written out independently of storage.render.
+    # SPEC §3 rendering written out independently of storage.record.render.
     return b"".join((k + b":" if k is not None else b"") + (v or b"") + b"\n" for k, v in records)
 
 

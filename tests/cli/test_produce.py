@@ -11,20 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from seglogfs import control
+from seglogfs.cli.verify import verify_log_dir
 from seglogfs.positions import position_index_spec
-from seglogfs.verify import verify_log_dir
 from storage import (
-    DefaultRecordBatch,
     LogManager,
-    TopicMetadata,
-    build_record_batch,
     partition_for_key,
 )
-from storage.render import rendered_size
 from tests.cli.conftest import SCRIPT, Cli, strip_build_notice
 
 
@@ -164,34 +157,6 @@ def test_produce_keeps_the_position_index_in_step(cli: Cli, log_dir: Path) -> No
         assert manager.log("t", 0).extension_end == len(lines)
     assert verify_log_dir(log_dir) == []
     assert cli("consume", "t").out == lines
-
-
-@given(
-    records=st.lists(
-        st.tuples(
-            st.one_of(st.none(), st.binary(max_size=20)),
-            st.one_of(st.none(), st.binary(max_size=40)),
-        ),
-        min_size=1,
-        max_size=30,
-    ),
-    fmt=st.sampled_from(["lines", "raw"]),
-    separator=st.one_of(st.none(), st.sampled_from([":", "=>", "é"])),
-)
-def test_rendered_units_equal_the_rendering(
-    records: list[tuple[bytes | None, bytes | None]], fmt: str, separator: str | None
-) -> None:
-    """The units produce hands the engine are exactly what storage.render renders."""
-    if fmt == "raw":
-        separator = None
-    metadata = TopicMetadata("t", 1, fmt, separator)
-    keys = [key for key, _value in records]
-    values = [value for _key, value in records]
-    batch = DefaultRecordBatch(build_record_batch(values, keys=keys, timestamps=0))
-    expected = rendered_size(
-        batch, raw=fmt == "raw", key_separator=None if separator is None else separator.encode()
-    )
-    assert control.rendered_units(metadata, values, keys) == expected
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

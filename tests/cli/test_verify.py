@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from seglogfs.cli.verify import verify_log_dir
 from seglogfs.positions import position_index_spec
-from seglogfs.verify import verify_log_dir
 from storage import LogManager
-from storage.render import rendered_size
+from storage.record.render import rendered_size
 from tests.cli.conftest import SCRIPT, Cli, strip_build_notice
 from tests.conftest import ManualClock
 

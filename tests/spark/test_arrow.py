@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from seglogfs.spark.arrow import SMALL_BATCH_ROWS, _repeat, arrow_batches, arrow_schema
 from storage import Header, RecordColumns, TimestampType
-from storage.record_columns import PackedColumns, pack_columns
+from storage.record.record_columns import PackedColumns, pack_columns
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 

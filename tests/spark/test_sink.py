@@ -16,7 +16,7 @@ import trio
 from pyspark.errors import PySparkException
 from pyspark.sql.types import StructType
 
-from seglogfs.control import serve
+from seglogfs.control.server import serve
 from seglogfs.positions import position_index_spec
 from seglogfs.spark import wordcount
 from seglogfs.spark import writer as sink

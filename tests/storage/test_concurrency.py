@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from storage import ExtensionIndexSpec, Log, LogConfig, LogManager, OffsetOutOfRangeError
-from storage.record_batch import RecordBatch
+from storage.record.record_batch import RecordBatch
 
 ROOT = Path(__file__).resolve().parents[2]
 

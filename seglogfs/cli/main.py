@@ -1,0 +1,104 @@
+"""``seglogfs``: the command line.
+
+Commands: ``mount`` (the FUSE daemon, ``seglogfs.daemon``), ``topics create|list|
+describe|alter|delete`` (like ``kafka-topics.sh``), ``produce`` (the console producer),
+``consume`` (like ``kcat -C``), ``dump`` (Kafka's ``kafka-dump-log.sh``) and ``verify``.
+
+One module per command family, as Kafka keeps one class per tool: ``topics``,
+``produce``, ``consume``, ``dump``, ``verify``, ``mount``; this one holds the parser and
+the rules that turn errors into exit codes.
+
+Exit codes: 0 ok, 1 runtime error (the log directory said no: unknown topic, locked
+directory, corrupt data, I/O), 2 usage error (the command line is wrong: a bad option,
+offset spec, topic name or config key). Errors are one line on stderr, never a
+traceback.
+
+Never a second writer: when a daemon owns the log directory (its control socket
+answers), ``topics`` and ``produce`` send their request to it (``seglogfs.control``)
+and get the same results and errors; the read-only commands (``consume``, ``topics
+list|describe``, ``dump``, ``verify``) open the files read-only and work while it writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from storage import ConfigError, InvalidTopicError, StorageError
+
+from .. import __version__, control
+from ..open_files_limit import raise_open_files_limit
+from . import consume, dump, mount, produce, topics, verify
+from .common import EXIT_ERROR, EXIT_USAGE, PROG, CommandError, Parser, UsageError, parents
+from .produce import PartialProduceError
+
+__all__ = ["build_parser", "main"]
+
+# Engine errors that mean the command line asked for something impossible.
+_USAGE_ERROR_KINDS = frozenset({"InvalidTopicError", "ConfigError"})
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line (``mount`` is parsed by ``seglogfs.daemon.mount`` itself)."""
+    shared = parents()
+    parser = Parser(
+        prog=PROG,
+        description="A Kafka-style segmented log store used through the file system.",
+        epilog="Exit codes: 0 ok, 1 runtime error, 2 usage error. "
+        "Run 'seglogfs COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    commands.required = True
+
+    for family in (mount, topics, produce, consume, dump, verify):
+        family.add_parser(commands, shared)
+    return parser
+
+
+def _error_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror}"
+    return str(exc)
+
+
+def _exit_code(exc: BaseException) -> int:
+    if isinstance(exc, UsageError | InvalidTopicError | ConfigError):
+        return EXIT_USAGE
+    if isinstance(exc, control.ControlError) and exc.kind in _USAGE_ERROR_KINDS:
+        return EXIT_USAGE
+    return EXIT_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    prog = PROG
+    raise_open_files_limit()  # a log holds descriptors per segment (see the module)
+    try:
+        if arguments and arguments[0] == "mount":
+            prog = f"{PROG} mount"
+            return mount.run_mount(arguments[1:])
+        parser = build_parser()
+        args, extra = parser.parse_known_args(arguments)
+        if extra:
+            # Name the subcommand in the error, as argparse does for its other errors.
+            command_parser = getattr(args, "command_parser", parser)
+            command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        prog = f"{PROG} {args.command}" + (f" {args.action}" if args.command == "topics" else "")
+        handler: Callable[[argparse.Namespace], int] = args.handler
+        return handler(args)
+    except PartialProduceError as exc:
+        cause = exc.cause
+        sys.stderr.write(
+            f"{prog}: error: {_error_line(cause)} "
+            f"({exc.written} record(s) were appended before the error)\n"
+        )
+        return _exit_code(cause)
+    except (UsageError, CommandError, StorageError, control.ControlError, OSError) as exc:
+        sys.stderr.write(f"{prog}: error: {_error_line(exc)}\n")
+        return _exit_code(exc)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,40 @@
+"""``seglogfs mount LOGDIR MOUNTPOINT``: start the FUSE daemon (``seglogfs.daemon``).
+
+The daemon parses its own options (``seglogfs.daemon.mount.add_arguments``); it is
+imported only for this command, so the other commands never load pyfuse3 and trio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any
+
+from .common import PROG, CommandError, Parents, Parser
+
+__all__ = ["add_parser", "run_mount"]
+
+
+def run_mount(argv: list[str]) -> int:
+    try:
+        # Imported only for this command: it loads pyfuse3 and trio, which the other
+        # commands do not need.
+        mount: Any = importlib.import_module("seglogfs.daemon.mount")
+    except ImportError as exc:
+        raise CommandError(f"mount is not available: {exc}") from None
+    parser = Parser(
+        prog=f"{PROG} mount",
+        description="Mount a log directory: topics as directories, partitions as files.",
+    )
+    mount.add_arguments(parser)
+    return int(mount.run(parser.parse_args(argv)))
+
+
+def add_parser(commands: argparse._SubParsersAction[Parser], shared: Parents) -> None:
+    """List ``mount`` in ``seglogfs --help``; ``main`` hands its arguments to
+    ``run_mount`` before the rest of the command line is parsed."""
+    commands.add_parser(
+        "mount",
+        help="mount a log directory (seglogfs mount LOGDIR MOUNTPOINT [-o ro,allow_other])",
+        add_help=False,
+    )

@@ -1,0 +1,526 @@
+"""``seglogfs verify``: check every invariant of a log directory, from the bytes on disk.
+
+What is checked, each problem reported with its file and byte position:
+
+- metadata: ``seglog-topics.json`` and both offset checkpoints parse; checkpointed
+  recovery points and log start offsets lie within their partition's log;
+- segments: names are 20-digit base offsets; every batch has a known magic, a sane
+  size and a matching CRC (CRC-32C for v2, CRC-32 for v0/v1) and its records decode;
+  offsets increase from batch to batch and across segments, never below the segment's
+  base offset (the file name) nor at or past the next segment's; relative offsets fit
+  32 bits; a partial batch at the end of a segment is a problem, except at the end of
+  the active segment while a writer holds the lock (it is being written);
+- ``.index``: whole 8-byte entries, offsets and positions increasing, each entry
+  pointing at the start of a batch whose last offset is the entry's offset (what
+  Kafka's ``--verify-index-only`` checks);
+- ``.timeindex``: whole 12-byte entries, timestamps and offsets never decreasing, each
+  entry naming a batch by its last offset whose max timestamp is the entry's;
+- the position index (``.seglogpos``, the file system's extension index): whole
+  12-byte entries, entry 0 at the segment's base offset, each entry at a batch start
+  with exactly the rendered bytes of every earlier record of the partition as its
+  units, and each segment starting where the previous one ended.
+
+Missing indexes are not problems: the engine rebuilds them. Files are read directly
+(index files before their ``.log``, so that a writer appending meanwhile never makes
+an entry look dangling); no ``Log`` is opened, so verification sees the bytes as they
+are, not as recovery would make them, and it runs beside a writer.
+
+Cost: one read and one decode of every batch; the indexes are read whole.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import os
+import struct
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from storage import CorruptRecordError, RecordBatch, StorageError, TopicMetadata, iter_batches
+from storage.log.checkpoint import read_offset_checkpoint
+from storage.log.file_names import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    SEGLOG_LOCK_FILE,
+    SEGLOG_TOPICS_FILE,
+    offset_from_file_name,
+    parse_topic_partition_name,
+)
+from storage.log.topic import read_topics_file
+from storage.record.render import rendered_size
+
+from .common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    LOG_DIR_ENV,
+    CommandError,
+    Parents,
+    Parser,
+    UsageError,
+)
+
+POSITION_INDEX_SUFFIX = ".seglogpos"
+"""The file system's position index (``seglogfs.positions``): units = rendered bytes."""
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+_POSITION_ENTRY = struct.Struct(">qi")
+_INT32_MAX = 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One broken invariant: where (file, byte position if known) and what."""
+
+    path: Path
+    position: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.path}" if self.position is None else f"{self.path}: byte {self.position}"
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class _Batch:
+    position: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    units: int  # rendered bytes of the batch; -1 when it did not decode
+
+
+@dataclass
+class _Segment:
+    base_offset: int
+    log_path: Path
+    batches: list[_Batch]
+    next_offset: int  # after the last complete batch (base offset when empty)
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _writer_holds_lock(log_dir: Path) -> bool:
+    """Whether some process holds the writer's flock, read from /proc/locks so that
+    verification never takes the lock itself (a daemon starting now must get it)."""
+    try:
+        st = os.stat(log_dir / SEGLOG_LOCK_FILE)
+        locks = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return any(
+        fields[1] == "FLOCK" and wanted in fields
+        for fields in (line.split() for line in locks.splitlines())
+        if len(fields) > 5
+    )
+
+
+def _segment_bytes(directory: Path) -> int:
+    # A writer's retention may rename or remove files while we look: skip those.
+    total = 0
+    with contextlib.suppress(FileNotFoundError):
+        for path in directory.iterdir():
+            if path.name.endswith(".log"):
+                with contextlib.suppress(FileNotFoundError):
+                    total += path.stat().st_size
+    return total
+
+
+def verify_log_dir(log_dir: Path, *, progress: bool = False) -> list[Problem]:
+    """Every problem found in ``log_dir`` (empty when all invariants hold).
+
+    ``progress`` shows a tqdm bar over the bytes of the segment files on stderr.
+    """
+    problems: list[Problem] = []
+    topics: dict[str, TopicMetadata] = {}
+    try:
+        topics = read_topics_file(log_dir / SEGLOG_TOPICS_FILE)
+    except StorageError as exc:
+        problems.append(Problem(log_dir / SEGLOG_TOPICS_FILE, None, str(exc)))
+    checkpoints: dict[str, dict[tuple[str, int], int]] = {}
+    for name in (RECOVERY_POINT_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
+        try:
+            checkpoints[name] = read_offset_checkpoint(log_dir / name)
+        except StorageError as exc:
+            problems.append(Problem(log_dir / name, None, str(exc)))
+            checkpoints[name] = {}
+    writer = _writer_holds_lock(log_dir)
+
+    partitions: list[tuple[tuple[str, int], Path]] = []
+    for entry in sorted(os.listdir(log_dir)):
+        parsed = parse_topic_partition_name(entry)
+        if parsed is not None and (log_dir / entry).is_dir():
+            partitions.append((parsed, log_dir / entry))
+    total = sum(_segment_bytes(directory) for _tp, directory in partitions)
+    with tqdm(total=total, unit="B", unit_scale=True, desc="verify", disable=not progress) as bar:
+        for tp, directory in partitions:
+            metadata = topics.get(tp[0])
+            if metadata is None:
+                try:
+                    metadata = TopicMetadata(tp[0], tp[1] + 1)  # a topic Kafka made
+                except StorageError as exc:
+                    # The engine skips such a directory too (with a warning).
+                    problems.append(Problem(directory, None, f"not a partition directory: {exc}"))
+                    continue
+            verifier = _PartitionVerifier(directory, metadata, writer, problems, bar)
+            end = verifier.run()
+            for name, limit_name in (
+                (RECOVERY_POINT_CHECKPOINT, "recovery point"),
+                (LOG_START_OFFSET_CHECKPOINT, "log start offset"),
+            ):
+                offset = checkpoints[name].get(tp)
+                if offset is not None and offset > end:
+                    problems.append(
+                        Problem(
+                            log_dir / name,
+                            None,
+                            f"{limit_name} {offset} of {tp[0]}-{tp[1]} is past its log end "
+                            f"offset {end}",
+                        )
+                    )
+    return problems
+
+
+class _PartitionVerifier:
+    """The checks of one ``<topic>-<partition>`` directory."""
+
+    def __init__(
+        self,
+        directory: Path,
+        metadata: TopicMetadata,
+        writer: bool,
+        problems: list[Problem],
+        bar: tqdm,
+    ) -> None:
+        self.directory = directory
+        self.raw = metadata.format == "raw"
+        separator = metadata.key_separator
+        self.separator = separator.encode() if separator is not None else None
+        self.writer = writer
+        self.problems = problems
+        self.bar = bar
+
+    def problem(self, path: Path, position: int | None, message: str) -> None:
+        self.problems.append(Problem(path, position, message))
+
+    def run(self) -> int:
+        """Check every segment; return the log end offset."""
+        bases: list[int] = []
+        try:
+            names = list(self.directory.iterdir())
+        except FileNotFoundError:
+            return 0  # the topic was deleted while we looked
+        for path in names:
+            if path.name.endswith(".log"):
+                base = offset_from_file_name(path.name)
+                if base is None or path.name != f"{base:020d}.log":
+                    self.problem(path, None, "segment name is not a 20-digit base offset")
+                    continue
+                bases.append(base)
+        bases.sort()
+        previous: _Segment | None = None
+        units_end: int | None = None
+        for i, base in enumerate(bases):
+            last = i == len(bases) - 1
+            mark = len(self.problems)
+            segment, end_units = self.check_segment(base, last, previous, units_end)
+            if self.writer and len(self.problems) > mark and i >= len(bases) - 2:
+                # The writer may have rolled (trimming this segment's indexes) or
+                # appended while we read: judge a fresh read, once.
+                del self.problems[mark:]
+                segment, end_units = self.check_segment(
+                    base, last, previous, units_end, progress=False
+                )
+            if segment is not None:
+                previous, units_end = segment, end_units
+        return previous.next_offset if previous is not None else 0
+
+    def check_segment(
+        self,
+        base: int,
+        last: bool,
+        previous: _Segment | None,
+        units_start: int | None,
+        *,
+        progress: bool = True,
+    ) -> tuple[_Segment | None, int | None]:
+        """Check one segment and its indexes; return it (None when retention deleted
+        it meanwhile) and the position-index units at its end (None when unknown)."""
+        # Indexes before the log: every entry a writer added before we read the index
+        # points at bytes that are in the log when we read it.
+        indexes = {
+            suffix: _read(self.directory / f"{base:020d}{suffix}")
+            for suffix in (".index", ".timeindex", POSITION_INDEX_SUFFIX)
+        }
+        segment = self.scan_log(base, last, progress=progress)
+        if segment is None:
+            return None, units_start
+        if previous is not None and previous.next_offset > base:
+            self.problem(
+                segment.log_path,
+                None,
+                f"the previous segment holds offsets up to {previous.next_offset - 1}, "
+                f"at or past this segment's base offset {base}",
+            )
+        if indexes[".index"] is not None:
+            self.check_offset_index(segment, indexes[".index"])
+        if indexes[".timeindex"] is not None:
+            self.check_time_index(segment, indexes[".timeindex"])
+        units = indexes[POSITION_INDEX_SUFFIX]
+        if units is None:
+            return segment, None
+        return segment, self.check_position_index(segment, units, units_start)
+
+    # -- the log ----------------------------------------------------------------------
+
+    def scan_log(self, base: int, active: bool, *, progress: bool = True) -> _Segment | None:
+        path = self.directory / f"{base:020d}.log"
+        data = _read(path)
+        if data is None:
+            return None
+        segment = _Segment(base, path, [], base)
+        consumed = 0
+        try:
+            for batch in iter_batches(data):
+                consumed = batch.position + batch.size
+                self.check_batch(segment, batch)
+        except CorruptRecordError as exc:
+            self.problem(path, exc.position, f"unreadable batch header: {exc.reason}")
+            consumed = len(data)
+        if progress:
+            self.bar.update(len(data))
+        if consumed < len(data) and not (active and self.writer):
+            self.problem(
+                path,
+                consumed,
+                f"partial batch: {len(data) - consumed} bytes after the last complete batch "
+                "(recovery truncates them)",
+            )
+        return segment
+
+    def check_batch(self, segment: _Segment, batch: RecordBatch) -> None:
+        path = segment.log_path
+        position = batch.position
+        if not batch.is_valid():
+            last_offset = batch.last_offset
+            self.problem(
+                path, position, f"CRC mismatch in the batch ending at offset {last_offset}"
+            )
+            # Its header still says which offsets it held: later checks (the next
+            # batch, the checkpoints) judge against that rather than report this again.
+            segment.next_offset = max(segment.next_offset, last_offset + 1)
+            return
+        try:
+            base_offset = batch.base_offset
+            units = rendered_size(batch, raw=self.raw, key_separator=self.separator)
+        except CorruptRecordError as exc:
+            self.problem(path, position, f"records do not decode: {exc.reason}")
+            return
+        last_offset = batch.last_offset
+        if base_offset < segment.base_offset:
+            self.problem(
+                path,
+                position,
+                f"batch offset {base_offset} is below the segment's base offset "
+                f"{segment.base_offset}",
+            )
+        if base_offset < segment.next_offset and segment.batches:
+            self.problem(
+                path,
+                position,
+                f"batch offset {base_offset} does not follow the previous batch's last "
+                f"offset {segment.next_offset - 1}",
+            )
+        if last_offset < base_offset:
+            self.problem(path, position, f"last offset {last_offset} below base {base_offset}")
+        if last_offset - segment.base_offset > _INT32_MAX:
+            self.problem(
+                path, position, f"offset {last_offset} does not fit a 32-bit relative offset"
+            )
+        segment.batches.append(
+            _Batch(position, base_offset, last_offset, batch.max_timestamp, units)
+        )
+        segment.next_offset = max(segment.next_offset, last_offset + 1)
+
+    # -- indexes ----------------------------------------------------------------------
+
+    @staticmethod
+    def _entries(
+        data: bytes, layout: struct.Struct, offset_field: int, *, zero_first: bool = False
+    ) -> Iterator[tuple[int, int, tuple[int, ...]]]:
+        """(slot, byte position, fields) of the valid prefix, as Kafka reads a
+        preallocated index: a zero relative offset after slot 0 ends it, and so does
+        an all-zero slot 0 unless ``zero_first`` says that is a real entry."""
+        usable = len(data) - len(data) % layout.size
+        for slot, fields in enumerate(layout.iter_unpack(data[:usable])):
+            if slot > 0 and fields[offset_field] == 0:
+                return
+            if slot == 0 and not zero_first and not any(fields):
+                return
+            yield slot, slot * layout.size, fields
+
+    def _index_size(self, path: Path, data: bytes, entry_size: int) -> None:
+        if len(data) % entry_size:
+            self.problem(
+                path,
+                len(data) - len(data) % entry_size,
+                f"size {len(data)} is not a multiple of {entry_size}-byte entries",
+            )
+
+    def check_offset_index(self, segment: _Segment, data: bytes) -> None:
+        path = segment.log_path.with_suffix(".index")
+        self._index_size(path, data, _OFFSET_ENTRY.size)
+        by_position = {b.position: b for b in segment.batches}
+        previous = (-1, -1)
+        for _slot, at, (relative, position) in self._entries(data, _OFFSET_ENTRY, 0):
+            offset = segment.base_offset + relative
+            if relative < 0 or (offset, position) <= previous or position <= previous[1]:
+                self.problem(
+                    path,
+                    at,
+                    f"entry (offset {offset}, position {position}) does not follow "
+                    f"(offset {previous[0]}, position {previous[1]})",
+                )
+            batch = by_position.get(position)
+            if batch is None:
+                self.problem(
+                    path,
+                    at,
+                    f"entry for offset {offset} points at byte {position} of "
+                    f"{segment.log_path.name}, which is not a batch start",
+                )
+            elif batch.last_offset != offset:
+                self.problem(
+                    path,
+                    at,
+                    f"entry for offset {offset} points at the batch ending at offset "
+                    f"{batch.last_offset}",
+                )
+            previous = (offset, position)
+
+    def check_time_index(self, segment: _Segment, data: bytes) -> None:
+        path = segment.log_path.with_suffix(".timeindex")
+        self._index_size(path, data, _TIME_ENTRY.size)
+        by_last_offset = {b.last_offset: b for b in segment.batches}
+        previous = (-1, segment.base_offset)
+        for _slot, at, (timestamp, relative) in self._entries(data, _TIME_ENTRY, 1):
+            offset = segment.base_offset + relative
+            if timestamp < previous[0] or offset < previous[1]:
+                self.problem(
+                    path,
+                    at,
+                    f"entry (timestamp {timestamp}, offset {offset}) goes back from "
+                    f"(timestamp {previous[0]}, offset {previous[1]})",
+                )
+            batch = by_last_offset.get(offset)
+            if batch is None:
+                self.problem(path, at, f"entry names offset {offset}, which ends no batch")
+            elif batch.max_timestamp != timestamp:
+                self.problem(
+                    path,
+                    at,
+                    f"entry says timestamp {timestamp} for the batch ending at offset "
+                    f"{offset}, whose max timestamp is {batch.max_timestamp}",
+                )
+            previous = (timestamp, offset)
+
+    def check_position_index(
+        self, segment: _Segment, data: bytes, expected_start: int | None
+    ) -> int | None:
+        """Check a position index; return the units at this segment's end (None when
+        they cannot be known: a batch did not decode or the index is unusable)."""
+        path = segment.log_path.with_suffix(POSITION_INDEX_SUFFIX)
+        self._index_size(path, data, _POSITION_ENTRY.size)
+        entries = list(self._entries(data, _POSITION_ENTRY, 1, zero_first=True))
+        if not entries:
+            return None  # an empty file: nothing to check against (rebuilt on open)
+        # Entry 0 is (units at the segment start, relative offset 0); for a segment
+        # starting at units 0 it is all zeros.
+        start, first_relative = entries[0][2]
+        if first_relative != 0:
+            self.problem(path, 0, "entry 0 does not name the segment's base offset")
+            return None
+        if expected_start is not None and start != expected_start:
+            self.problem(
+                path,
+                0,
+                f"segment starts at position {start}, but the previous segment ends at "
+                f"{expected_start}",
+            )
+        # Cumulative rendered bytes before each batch start of the segment.
+        before: dict[int, int] = {}
+        units = start
+        decodable = True
+        for batch in segment.batches:
+            before[batch.base_offset] = units
+            if batch.units < 0:
+                decodable = False
+                break
+            units += batch.units
+        for _slot, at, (indexed_units, relative) in entries:
+            offset = segment.base_offset + relative
+            if offset not in before:
+                if decodable:
+                    self.problem(path, at, f"entry names offset {offset}, which starts no batch")
+                continue
+            if indexed_units != before[offset]:
+                self.problem(
+                    path,
+                    at,
+                    f"entry says position {indexed_units} for the batch at offset {offset}, "
+                    f"which starts at rendered byte {before[offset]}",
+                )
+        for (_a, _at_a, (units_a, rel_a)), (_b, at_b, (units_b, rel_b)) in itertools.pairwise(
+            entries
+        ):
+            if units_b < units_a or rel_b <= rel_a:
+                self.problem(path, at_b, "entries go back in position or offset")
+        return units if decodable else None
+
+
+__all__ = ["POSITION_INDEX_SUFFIX", "Problem", "verify_log_dir"]
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    value = args.log_dir_positional or args.log_dir or os.environ.get(LOG_DIR_ENV)
+    if not value:
+        raise UsageError(f"no log directory: give LOGDIR, -d/--log-dir or set {LOG_DIR_ENV}")
+    log_dir = Path(value)
+    if not log_dir.is_dir():
+        raise CommandError(f"log directory {log_dir} does not exist")
+    problems = verify_log_dir(log_dir, progress=not args.quiet and sys.stderr.isatty())
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"{len(problems)} problem(s) found in {log_dir}", file=sys.stderr)
+        return EXIT_ERROR
+    if not args.quiet:
+        print(f"{log_dir}: no problems found", file=sys.stderr)
+    return EXIT_OK
+
+
+def add_parser(commands: argparse._SubParsersAction[Parser], shared: Parents) -> None:
+    """Add ``verify`` to ``commands``."""
+    verify = commands.add_parser(
+        "verify",
+        parents=[shared.log_dir],
+        help="check every invariant of a log directory; exit 1 on any problem",
+        description="Check CRCs, offsets, indexes, checkpoints and position indexes of "
+        "a log directory; print each problem with its file and byte position.",
+    )
+    verify.add_argument("log_dir_positional", nargs="?", metavar="LOGDIR")
+    verify.add_argument("-q", "--quiet", action="store_true", help="no progress, no summary")
+    verify.set_defaults(handler=_cmd_verify, command_parser=verify)

@@ -1,0 +1,332 @@
+"""``seglogfs mount LOGDIR MOUNTPOINT``: the FUSE daemon's lifecycle.
+
+The order of the steps matters:
+
+1. the engine is opened first (``LogManager.open``): it takes the writer lock, so a
+   second writable mount of the same log directory fails with one line before anything
+   is mounted; ``-o ro`` opens it read-only (no lock, no file ever changed);
+2. ``pyfuse3.init`` mounts; from here on one exit stack undoes everything, in reverse:
+   partial lines of files still open are appended, the engine is closed (flush,
+   checkpoints, Kafka's ``.kafka_cleanshutdown`` marker, lock released), and only then
+   is the file system unmounted, so whoever waits for the mount to disappear finds the
+   data durable;
+3. one trio nursery runs the FUSE main loop, the background work
+   (``maintenance``), the control socket (``seglogfs.control.server``) the command
+   line writes through, the render process's answers (``renderer``), the
+   systemd watchdog, and the signal handler: SIGTERM/SIGINT call
+   ``pyfuse3.terminate()``, the main loop returns, the nursery is cancelled and the
+   render process is stopped (it ignores SIGINT and exits when its socket closes).
+
+``READY=1`` goes to systemd once the mount exists and the control socket listens,
+``STOPPING=1`` when a signal starts the shutdown. Exit codes: 0 after a clean unmount,
+1 for a runtime error (locked log directory, mount failure), 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyfuse3
+import trio
+
+from storage import (
+    BrokerConfig,
+    ConfigError,
+    LogDirLockedError,
+    LogManager,
+    StorageError,
+    load_properties,
+)
+
+from ..control import server as control_server
+from ..open_files_limit import raise_open_files_limit
+from ..positions import position_index_spec
+from . import sd_notify
+from .maintenance import run_maintenance
+from .malloc_tuning import MALLOC_TUNING_ENV, MMAP_THRESHOLD, TRIM_THRESHOLD, tune_malloc
+from .operations import Operations, enable_request_logging
+from .renderer import Renderer
+
+__all__ = ["MALLOC_TUNING_ENV", "WORKER_THREADS", "add_arguments", "main", "run", "tune_malloc"]
+
+logger = logging.getLogger(__name__)
+
+WORKER_THREADS = 16
+"""Worker threads for engine calls. A roll's fsync holds one; reads of other partitions
+go on in the others."""
+
+_KNOWN_OPTIONS = ("ro", "rw", "allow_other", "internal")
+
+RENDER_PROCESS_ENV = "SEGLOG_RENDER_PROCESS"
+"""Set to ``0`` to render every read in the daemon's threads (no render process)."""
+
+
+class UsageError(Exception):
+    """A command-line mistake: exit code 2."""
+
+
+class _MountError(OSError):
+    """The kernel mount failed: exit code 1 with one line."""
+
+
+@dataclass(frozen=True)
+class MountOptions:
+    read_only: bool = False
+    allow_other: bool = False
+    show_internal: bool = False
+
+
+def parse_options(values: Sequence[str]) -> MountOptions:
+    """Parse ``-o`` values (each a comma-separated list).
+
+    Raises:
+        UsageError: an unknown option.
+    """
+    read_only = allow_other = show_internal = False
+    for value in values:
+        for option in filter(None, value.split(",")):
+            if option == "ro":
+                read_only = True
+            elif option == "rw":
+                read_only = False
+            elif option == "allow_other":
+                allow_other = True
+            elif option == "internal":
+                show_internal = True
+            else:
+                raise UsageError(
+                    f"unknown mount option {option!r} (known: {', '.join(_KNOWN_OPTIONS)})"
+                )
+    return MountOptions(read_only, allow_other, show_internal)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``seglogfs mount``."""
+    parser.add_argument("log_dir", metavar="LOGDIR", type=Path, help="the log directory")
+    parser.add_argument("mountpoint", metavar="MOUNTPOINT", type=Path, help="an empty directory")
+    parser.add_argument(
+        "-o",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="OPT[,OPT...]",
+        help="ro: read-only (never changes a file; follows a live writer); "
+        "allow_other: let other users in; internal: show Kafka's internal __* topics",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a server.properties file (log.* defaults, num.partitions, intervals)",
+    )
+    parser.add_argument("--debug", action="store_true", help="log every request (verbose)")
+
+
+def _configure_logging(debug: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    enable_request_logging(debug)
+    if not debug:
+        # pyfuse3 logs each worker task start at DEBUG only; keep INFO quiet.
+        logging.getLogger("pyfuse3").setLevel(logging.INFO)
+
+
+def _error(message: str) -> None:
+    print(f"seglogfs mount: error: {message}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the daemon in the foreground until unmounted or signalled; the exit code."""
+    _configure_logging(args.debug)
+    logger.debug("open files limit %d", raise_open_files_limit())
+    if tune_malloc():
+        logger.debug("malloc: mmap threshold %d, trim threshold %d", MMAP_THRESHOLD, TRIM_THRESHOLD)
+    try:
+        options = parse_options(args.options)
+    except UsageError as exc:
+        _error(str(exc))
+        return 2
+    log_dir: Path = args.log_dir
+    mountpoint: Path = args.mountpoint
+    if not mountpoint.is_dir():
+        _error(f"mount point {mountpoint} is not a directory")
+        return 1
+    try:
+        broker = (
+            BrokerConfig.from_properties(load_properties(args.config))
+            if args.config is not None
+            else None
+        )
+        manager = LogManager.open(
+            log_dir, broker, read_only=options.read_only, extension=position_index_spec
+        )
+    except LogDirLockedError:
+        _error(
+            f"log directory {log_dir} is already mounted or written by another process "
+            "(its writer lock is held); mount it read-only with -o ro"
+        )
+        return 1
+    except OSError as exc:
+        _error(f"{exc.filename or log_dir}: {exc.strerror or exc}")
+        return 1
+    except (ConfigError, StorageError) as exc:
+        _error(str(exc))
+        return 1
+
+    try:
+        _mount_and_serve(log_dir, mountpoint, manager, options)
+    except _MountError as exc:
+        _error(str(exc))
+        return 1
+    except (StorageError, OSError) as exc:
+        # The engine could not flush or checkpoint on the way out (a full disk): the
+        # data written so far is in the segments; without the clean-shutdown marker the
+        # next open recovers.
+        _error(f"unclean shutdown: {exc}")
+        return 1
+    logger.info("unmounted %s", mountpoint)
+    return 0
+
+
+def _mount_and_serve(
+    log_dir: Path, mountpoint: Path, manager: LogManager, options: MountOptions
+) -> None:
+    with contextlib.ExitStack() as stack:
+        mounted = _Mounted()
+        stack.callback(mounted.unmount)  # last: after the engine is closed
+        stack.callback(_close_manager, manager)
+        bridge = _ThreadBridge()
+        ops = Operations(
+            manager, bridge, read_only=options.read_only, show_internal=options.show_internal
+        )
+        stack.callback(ops.finish)  # first: partial lines of files still open
+        fuse_options = {"fsname=seglogfs", "subtype=seglogfs", "default_permissions"}
+        if options.read_only:
+            fuse_options.add("ro")
+        if options.allow_other:
+            fuse_options.add("allow_other")
+        try:
+            pyfuse3.init(ops, str(mountpoint), fuse_options)
+        except RuntimeError as exc:
+            raise _MountError(
+                f"cannot mount on {mountpoint} ({exc}): is it mounted already?"
+            ) from None
+        mounted.mounted = True
+        logger.info(
+            "mounted %s on %s (%s)",
+            log_dir,
+            mountpoint,
+            "read-only" if options.read_only else "read-write",
+        )
+        trio.run(_serve, ops, manager, bridge, options)
+
+
+class _Mounted:
+    """Unmounts at exit if the mount was made (the exit stack's first entry)."""
+
+    mounted = False
+
+    def unmount(self) -> None:
+        if self.mounted:
+            pyfuse3.close(unmount=True)
+
+
+def _close_manager(manager: LogManager) -> None:
+    # Flush every log, write both checkpoints, then the clean-shutdown marker.
+    manager.close()
+
+
+class _ThreadBridge:
+    """The one bridge from the event loop to worker threads (``trio.to_thread`` under a
+    ``CapacityLimiter`` of ``WORKER_THREADS``). Made before ``trio.run``; the limiter
+    is created inside it."""
+
+    def __init__(self) -> None:
+        self._limiter: trio.CapacityLimiter | None = None
+
+    async def __call__(self, fn: Any, *args: Any) -> Any:
+        if self._limiter is None:
+            self._limiter = trio.CapacityLimiter(WORKER_THREADS)
+        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+
+async def _serve(
+    ops: Operations, manager: LogManager, bridge: _ThreadBridge, options: MountOptions
+) -> None:
+    async with trio.open_nursery() as nursery:
+        renderer = _start_renderer()
+        if renderer is not None:
+            nursery.start_soon(renderer.run)
+            ops.use_renderer(renderer, nursery)
+        nursery.start_soon(_handle_signals)
+        nursery.start_soon(
+            functools.partial(run_maintenance, manager, bridge, read_only=options.read_only)
+        )
+        if not options.read_only:
+            try:
+                await nursery.start(control_server.serve, manager.log_dir, manager, bridge)
+            except OSError as exc:
+                # The mount is still worth having: only the command line's writes
+                # (which need the daemon while it holds the lock) are unavailable.
+                logger.error(
+                    "control socket unavailable (%s): seglogfs topics/produce "
+                    "cannot write while this mount runs",
+                    exc,
+                )
+        sd_notify.notify("READY=1")
+        interval = sd_notify.watchdog_interval()
+        if interval is not None:
+            nursery.start_soon(_watchdog, interval)
+        try:
+            await pyfuse3.main()
+        finally:
+            nursery.cancel_scope.cancel()
+            if renderer is not None:
+                renderer.close()
+
+
+def _start_renderer() -> Renderer | None:
+    if os.environ.get(RENDER_PROCESS_ENV) == "0":
+        return None
+    try:
+        return Renderer.start()
+    except (OSError, AttributeError) as exc:  # AttributeError: no memfd_create
+        logger.warning("render process unavailable (%s): partitions render in threads", exc)
+        return None
+
+
+async def _handle_signals() -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            logger.info("%s: unmounting", signal.Signals(signum).name)
+            sd_notify.notify("STOPPING=1")
+            pyfuse3.terminate()
+            return
+
+
+async def _watchdog(interval: float) -> None:
+    while True:
+        sd_notify.notify("WATCHDOG=1")
+        await trio.sleep(interval)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m seglogfs.daemon LOGDIR MOUNTPOINT ...`` (the same as ``seglogfs mount``)."""
+    parser = argparse.ArgumentParser(
+        prog="seglogfs mount", description="Mount a log directory (foreground daemon)."
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,452 @@
+"""The namespace and attributes: lookup, readdir, getattr, mkdir, xattrs (SPEC §3).
+
+Topics are directories (``mkdir`` creates one), partitions and the ``produce`` file
+are their entries, views (``P@<where>``) resolve by name without being listed. The
+namespace is read from the ``LogManager`` on every lookup and readdir (topics created
+or deleted through the control socket appear and disappear), and entries and
+attributes are never cached by the kernel (timeouts of 0), so ``st_size`` is exact at
+every ``stat``. Removing, renaming or truncating anything is refused: records stay.
+Extended attributes show a partition's state and a topic's config; ``setfattr`` on a
+topic changes its config.
+
+Thread-safety: as ``MountState``; namespace changes hold the one admin lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import stat
+from collections.abc import Sequence
+
+import pyfuse3
+
+from storage import ConfigError, StorageError, TopicMetadata, validate_topic_name
+
+from ..positions import Rendering, position_of_offset
+from .handler import fail, handler
+from .nodes import BLOCK_SIZE, PRODUCE_FILE, XATTR_PREFIX, Kind, Node, partition_number
+from .state import MountState
+from .views import parse_view_name, resolve_offset
+
+__all__ = ["Namespace"]
+
+logger = logging.getLogger(__name__)
+
+
+class Namespace(MountState):
+    """The handlers of names and attributes (see the module)."""
+
+    # -- attributes ------------------------------------------------------------------
+
+    def _sync_attributes(self, inode: int, node: Node) -> pyfuse3.EntryAttributes:
+        attr = pyfuse3.EntryAttributes()
+        attr.st_ino = inode
+        attr.generation = 0
+        attr.entry_timeout = 0
+        attr.attr_timeout = 0
+        attr.st_uid = self._uid
+        attr.st_gid = self._gid
+        attr.st_blksize = BLOCK_SIZE
+        mtime = self._mounted_ns
+        size = 0
+        kind = node.kind
+        if kind is Kind.ROOT or kind is Kind.TOPIC:
+            if kind is Kind.TOPIC:
+                self._metadata(node.topic)  # deleted through the command line: ENOENT
+            attr.st_mode = stat.S_IFDIR | (0o555 if self.read_only else 0o755)
+            attr.st_nlink = 2
+        elif kind is Kind.PRODUCE:
+            self._metadata(node.topic)
+            attr.st_mode = stat.S_IFREG | 0o200
+            attr.st_nlink = 1
+        else:
+            log = self._log(node)
+            self._sync_refresh(log)
+            size = log.extension_end
+            if kind is Kind.VIEW:
+                size = max(0, size - node.view_position)
+                attr.st_mode = stat.S_IFREG | 0o444
+            else:
+                attr.st_mode = stat.S_IFREG | (0o444 if self.read_only else 0o644)
+            attr.st_nlink = 1
+            with contextlib.suppress(OSError):
+                # The active segment's mtime moves with every append, also the
+                # appends of another process a read-only mount follows.
+                mtime = os.stat(log.active_segment.path).st_mtime_ns
+        attr.st_size = size
+        attr.st_blocks = (size + 511) // 512
+        attr.st_atime_ns = mtime
+        attr.st_mtime_ns = mtime
+        attr.st_ctime_ns = mtime
+        return attr
+
+    async def _attributes(self, inode: int) -> pyfuse3.EntryAttributes:
+        node = self._node(inode)
+        if node.kind is Kind.PARTITION or node.kind is Kind.VIEW:
+            attr: pyfuse3.EntryAttributes = await self._run(self._sync_attributes, inode, node)
+            return attr
+        return self._sync_attributes(inode, node)
+
+    # -- namespace -------------------------------------------------------------------
+
+    async def _child(self, parent: Node, name: str) -> Node:
+        if parent.kind is Kind.ROOT:
+            await self._refresh_topics()
+            if not self._visible(name):
+                raise fail(errno.ENOENT)
+            self._metadata(name)
+            return Node(Kind.TOPIC, name)
+        if parent.kind is not Kind.TOPIC:
+            raise fail(errno.ENOTDIR)
+        metadata = self._metadata(parent.topic)
+        if name == PRODUCE_FILE and not self.read_only:
+            return Node(Kind.PRODUCE, parent.topic)
+        number = partition_number(name)
+        if number is not None:
+            node = Node(Kind.PARTITION, parent.topic, number)
+            self._log(node)
+            return node
+        view = parse_view_name(name)
+        if view is None or view.partition >= metadata.partitions:
+            raise fail(errno.ENOENT)
+        log = self.manager.log(parent.topic, view.partition)
+        rendering = Rendering.of(metadata)
+
+        def resolve() -> Node | None:
+            self._sync_refresh(log)
+            offset = resolve_offset(log, view)
+            if offset is None:
+                return None
+            position = position_of_offset(log, rendering, offset)
+            return Node(Kind.VIEW, parent.topic, view.partition, offset, position)
+
+        node_or_none: Node | None = await self._run(resolve)
+        if node_or_none is None:
+            raise fail(errno.ENOENT)
+        return node_or_none
+
+    def _entries(self, node: Node) -> list[tuple[str, Node]]:
+        if node.kind is Kind.ROOT:
+            return [(t, Node(Kind.TOPIC, t)) for t in self.manager.topics() if self._visible(t)]
+        if node.kind is not Kind.TOPIC:
+            raise fail(errno.ENOTDIR)
+        metadata = self._metadata(node.topic)
+        entries = []
+        for partition in range(metadata.partitions):
+            child = Node(Kind.PARTITION, node.topic, partition)
+            try:
+                self._log(child)
+            except StorageError:
+                continue  # a read-only copy may lack a partition directory
+            entries.append((str(partition), child))
+        if not self.read_only:
+            entries.append((PRODUCE_FILE, Node(Kind.PRODUCE, node.topic)))
+        return entries
+
+    @handler
+    async def lookup(
+        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        parent = self._node(parent_inode)
+        text = os.fsdecode(name)
+        if text == ".":
+            return await self._attributes(parent_inode)
+        if text == "..":
+            return await self._attributes(pyfuse3.ROOT_INODE)
+        node = await self._child(parent, text)
+        inode = self._inode(node)
+        attr = await self._attributes(inode)
+        if node.kind is Kind.VIEW:
+            # Views are made per resolution (0@latest names a new start as the log
+            # grows): counted, so `forget` can drop them and the table stays small.
+            self._lookups[inode] = self._lookups.get(inode, 0) + 1
+        return attr
+
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        for inode, count in inode_list:
+            left = self._lookups.get(inode)
+            if left is None:
+                continue  # topics and partitions keep their inode for the daemon's life
+            if left > count:
+                self._lookups[inode] = left - count
+                continue
+            del self._lookups[inode]
+            node = self._nodes.pop(inode, None)
+            if node is not None:
+                self._inodes.pop(node, None)
+
+    @handler
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        return await self._attributes(inode)
+
+    @handler
+    async def setattr(
+        self,
+        inode: int,
+        attr: pyfuse3.EntryAttributes,
+        fields: pyfuse3.SetattrFields,
+        fh: int | None,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        node = self._node(inode)
+        refused = fields.update_mode or fields.update_uid or fields.update_gid
+        if fields.update_size:
+            # Truncating the write-only produce file to 0 (`>` on it) changes nothing;
+            # any other size change would rewrite records: refused.
+            refused = refused or not (node.kind is Kind.PRODUCE and attr.st_size == 0)
+        if refused:
+            raise fail(errno.EROFS if self.read_only else errno.EPERM)
+        # Time updates (touch) are accepted and ignored: the times are the data's.
+        return await self._attributes(inode)
+
+    @handler
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        node = self._node(inode)
+        if node.kind is not Kind.ROOT and node.kind is not Kind.TOPIC:
+            raise fail(errno.ENOTDIR)
+        if node.kind is Kind.ROOT:
+            await self._refresh_topics()
+        return inode
+
+    @handler
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        entries = self._entries(self._node(fh))[start_id:]
+        if not entries:
+            return
+        inodes = [(self._inode(node), node) for _name, node in entries]
+
+        def attributes() -> list[pyfuse3.EntryAttributes | None]:
+            out: list[pyfuse3.EntryAttributes | None] = []
+            for inode, node in inodes:
+                try:
+                    out.append(self._sync_attributes(inode, node))
+                except StorageError:
+                    out.append(None)  # deleted since the listing: skip it
+            return out
+
+        attrs: list[pyfuse3.EntryAttributes | None] = await self._run(attributes)
+        for i, ((name, _node), attr) in enumerate(zip(entries, attrs, strict=True)):
+            if attr is None:
+                continue
+            if not pyfuse3.readdir_reply(token, os.fsencode(name), attr, start_id + i + 1):
+                break
+
+    @handler
+    async def releasedir(self, fh: int) -> None:
+        return None
+
+    @handler
+    async def mkdir(
+        self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        parent = self._node(parent_inode)
+        if self.read_only:
+            raise fail(errno.EROFS)
+        if parent.kind is not Kind.ROOT:
+            raise fail(errno.EPERM)  # a topic holds partitions, not directories
+        topic = os.fsdecode(name)
+        validate_topic_name(topic)
+        async with self._admin:
+            metadata: TopicMetadata = await self._run(self.manager.create_topic, topic)
+        for partition in range(metadata.partitions):
+            log = self.manager.log(topic, partition)
+            self._active_base[(topic, partition)] = log.active_segment.base_offset
+        return await self._attributes(self._inode(Node(Kind.TOPIC, topic)))
+
+    async def _refuse_change(self, parent_inode: int, name: bytes) -> None:
+        # The entry must exist (ENOENT otherwise); existing entries are never removed
+        # or renamed here (EPERM; EROFS on a read-only mount).
+        await self._child(self._node(parent_inode), os.fsdecode(name))
+        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+
+    @handler
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        # Deleting a topic deletes its data: only the command line does it, explicitly.
+        await self._refuse_change(parent_inode, name)
+
+    @handler
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        await self._refuse_change(parent_inode, name)
+
+    @handler
+    async def rename(
+        self,
+        parent_inode_old: int,
+        name_old: bytes,
+        parent_inode_new: int,
+        name_new: bytes,
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
+        await self._refuse_change(parent_inode_old, name_old)
+
+    @handler
+    async def link(
+        self,
+        inode: int,
+        new_parent_inode: int,
+        new_name: bytes,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+
+    @handler
+    async def symlink(
+        self,
+        parent_inode: int,
+        name: bytes,
+        target: bytes,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        raise fail(errno.EROFS if self.read_only else errno.EPERM)
+
+    def _refuse_create(self, parent_inode: int, name: bytes) -> pyfuse3.FUSEError:
+        parent = self._node(parent_inode)
+        if self.read_only:
+            return fail(errno.EROFS)
+        if parent.kind is not Kind.TOPIC:
+            return fail(errno.EPERM)  # the root holds topics: mkdir creates them
+        text = os.fsdecode(name)
+        if partition_number(text) is not None or parse_view_name(text) is not None:
+            return fail(errno.ENOENT)  # names a partition the topic does not have
+        return fail(errno.EINVAL)  # no file of that name can exist in a topic
+
+    @handler
+    async def create(
+        self,
+        parent_inode: int,
+        name: bytes,
+        mode: int,
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        raise self._refuse_create(parent_inode, name)
+
+    @handler
+    async def mknod(
+        self,
+        parent_inode: int,
+        name: bytes,
+        mode: int,
+        rdev: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        raise self._refuse_create(parent_inode, name)
+
+    @handler
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        st: os.statvfs_result = await self._run(os.statvfs, self.manager.log_dir)
+        data = pyfuse3.StatvfsData()
+        data.f_bsize = st.f_bsize
+        data.f_frsize = st.f_frsize
+        data.f_blocks = st.f_blocks
+        data.f_bfree = st.f_bfree
+        data.f_bavail = st.f_bavail
+        data.f_files = st.f_files
+        data.f_ffree = st.f_ffree
+        data.f_favail = st.f_favail
+        data.f_namemax = st.f_namemax
+        return data
+
+    # -- extended attributes ---------------------------------------------------------
+
+    def _sync_xattrs(self, node: Node) -> dict[str, str]:
+        if node.kind is Kind.ROOT:
+            return {"log_dir": str(self.manager.log_dir)}
+        metadata = self._metadata(node.topic)
+        if node.kind is Kind.TOPIC or node.kind is Kind.PRODUCE:
+            out = {"partitions": str(metadata.partitions), "format": metadata.format}
+            if metadata.key_separator is not None:
+                out["key.separator"] = metadata.key_separator
+            out.update(self.manager.topic_config(node.topic).to_properties())
+            return out
+        log = self._log(node)
+        self._sync_refresh(log)
+        description = self.manager.describe_partition(node.topic, node.partition)
+        out = {
+            "log_start_offset": str(description.log_start_offset),
+            "log_end_offset": str(description.log_end_offset),
+            "segments": str(description.segment_count),
+            "size": str(description.size),
+            "first_timestamp": str(description.first_timestamp),
+            "last_timestamp": str(description.last_timestamp),
+            "start_position": str(log.extension_start),
+            "end_position": str(log.extension_end),
+        }
+        if node.kind is Kind.VIEW:
+            out["view_offset"] = str(node.view_offset)
+            out["view_position"] = str(node.view_position)
+        return out
+
+    @handler
+    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> Sequence[bytes]:
+        values: dict[str, str] = await self._run(self._sync_xattrs, self._node(inode))
+        return [(XATTR_PREFIX + key).encode() for key in values]
+
+    @handler
+    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        text = os.fsdecode(name)
+        if not text.startswith(XATTR_PREFIX):
+            raise fail(pyfuse3.ENOATTR)
+        values: dict[str, str] = await self._run(self._sync_xattrs, self._node(inode))
+        value = values.get(text[len(XATTR_PREFIX) :])
+        if value is None:
+            raise fail(pyfuse3.ENOATTR)
+        return value.encode()
+
+    def _config_target(self, inode: int, name: bytes) -> tuple[str, str]:
+        node = self._node(inode)
+        text = os.fsdecode(name)
+        if not text.startswith(XATTR_PREFIX):
+            raise fail(errno.ENOTSUP)  # only user.seglog.* means something here
+        if self.read_only:
+            raise fail(errno.EROFS)
+        if node.kind is not Kind.TOPIC:
+            raise fail(errno.EPERM)  # a partition's attributes are facts, not settings
+        return node.topic, text[len(XATTR_PREFIX) :]
+
+    @handler
+    async def setxattr(
+        self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext
+    ) -> None:
+        topic, key = self._config_target(inode, name)
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            logger.warning("setfattr %s on topic %s refused: the value is not UTF-8", key, topic)
+            raise fail(errno.EINVAL) from None
+        if key == "partitions":
+            raise fail(errno.EPERM)
+        try:
+            async with self._admin:
+                if key in ("format", "key.separator"):
+                    await self._run(self._sync_set_rendering, topic, key, text)
+                else:
+                    await self._run(self.manager.alter_topic_config, topic, {key: text})
+        except ConfigError as exc:
+            logger.warning("setfattr %s on topic %s refused: %s", key, topic, exc)
+            raise fail(errno.EINVAL) from None
+        logger.info("topic %s: set %s=%s", topic, key, text)
+
+    @handler
+    async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        topic, key = self._config_target(inode, name)
+        if key not in self.manager.topic(topic).overrides:
+            raise fail(pyfuse3.ENOATTR)
+        async with self._admin:
+            await self._run(self.manager.alter_topic_config, topic, None, [key])
+        logger.info("topic %s: removed the override of %s", topic, key)
+
+    def _sync_set_rendering(self, topic: str, key: str, value: str) -> None:
+        metadata = self._metadata(topic)
+        fmt = value if key == "format" else metadata.format
+        separator = (value or None) if key == "key.separator" else metadata.key_separator
+        # The rendering decides every position, so the engine fixes it once a record
+        # exists (TopicNotEmptyError: EPERM) and validates it (ConfigError: EINVAL).
+        self.manager.set_topic_rendering(topic, fmt, separator)
+        for partition in range(metadata.partitions):
+            log = self.manager.log(topic, partition)
+            self._active_base[(topic, partition)] = log.active_segment.base_offset

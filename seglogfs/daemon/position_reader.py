@@ -1,0 +1,301 @@
+"""The reads of one open partition file: kernel offsets to global positions, and bytes.
+
+Each open file reads through its own ``PositionReader``: the global position of a read
+is the kernel's file offset plus a *shift* kept per open file (0 at open). A read that
+falls in a gap (bytes retention removed) continues at the oldest retained record and
+adds the skipped length to the shift, so the kernel's offset and the reader's view stay
+consistent, nothing is returned twice and the file never looks truncated to ``tail -f``.
+Positions themselves are ``seglogfs.positions``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from storage import CorruptRecordError, Log, OffsetOutOfRangeError
+
+from ..positions import Rendering, log_start_anchor
+
+__all__ = ["PositionReader", "Rendered"]
+
+# A read that meets retention under it starts again from the new log start; more than
+# this many consecutive retries means the log is being emptied faster than it is read.
+_MAX_RETRIES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """Bytes a reader rendered and keeps: where they start, the bytes (a batch rendered
+    in the daemon, or a render process's fill of a shared slot) and where the bytes after
+    them come from: the batch holding ``next_offset``, at file position ``resume`` of
+    the segment with base offset ``segment`` (-1: not known), of which the first ``skip``
+    rendered bytes are already in ``data``. ``slot`` is the render slot ``data`` lies in
+    (-1: the daemon's own memory)."""
+
+    position: int
+    data: bytes | memoryview
+    next_offset: int
+    segment: int = -1
+    resume: int = -1
+    skip: int = 0
+    slot: int = -1
+
+    @property
+    def end(self) -> int:
+        return self.position + len(self.data)
+
+
+class PositionReader:
+    """The reads of one open file: kernel offsets to global positions, and bytes.
+
+    ``base`` is the global position of the file's byte 0 (0 for a partition file; the
+    start position of a ``P@<where>`` view). The bytes returned for a read are slices of
+    ``render_batch`` output (no object per record); a read inside one batch returns a
+    ``memoryview`` of it without a copy.
+
+    The reader keeps the batches it rendered last, back to back (at least the last
+    one), so a sequential reader renders each batch once and positions without an
+    index lookup. A *sequential* read (one that starts where the previous read ended)
+    also renders up to ``ahead`` bytes past its end, so the next reads of the same
+    sequence are answered by ``read_rendered`` from memory, without touching the log:
+    the daemon answers those on its event loop and only the others in a worker thread.
+
+    Not thread-safe: the daemon runs one request of an open file at a time.
+    """
+
+    __slots__ = (
+        "_end",
+        "_generation",
+        "_log_id",
+        "_read_start",
+        "_rendered",
+        "_sequential",
+        "_start",
+        "base",
+        "shift",
+    )
+
+    def __init__(self, base: int = 0) -> None:
+        self.base = base
+        self.shift = 0
+        # Rendered batches, contiguous (each starts at the end and next offset of the
+        # one before), of the log whose id() is _log_id.
+        self._rendered: deque[Rendered] = deque()
+        self._log_id = 0
+        # Bumped whenever the kept batches are dropped: a fill planned before is stale.
+        self._generation = 0
+        self._read_start = -1  # the global position the last read began at
+        self._end = -1  # the global position after the last read (-1: none yet)
+        self._sequential = False  # the last read began where the one before ended
+        # ((log identity, log start offset), log_start_anchor(...)) of the last read.
+        self._start: tuple[tuple[int, int], tuple[int, int]] | None = None
+
+    def position(self, kernel_offset: int) -> int:
+        """The global position the kernel's ``kernel_offset`` denotes now."""
+        return self.base + kernel_offset + self.shift
+
+    def read(
+        self, log: Log, rendering: Rendering, kernel_offset: int, size: int, ahead: int = 0
+    ) -> bytes | memoryview:
+        """Up to ``size`` bytes at ``kernel_offset``; empty at the end. Never blocks for
+        data: a read at the end returns what there is. A sequential read renders up to
+        ``ahead`` more bytes for the reads that follow.
+
+        A position below the oldest retained record (a gap) reads from that record on and
+        moves the shift by the skipped length.
+
+        Cost: O(log n) to position (none when it continues the previous read), then
+        O(bytes) rendering, plus O(ahead) for a sequential read.
+
+        Raises:
+            CorruptRecordError: the read starts in a batch that fails its CRC (never
+                served; a read that meets one later returns the bytes before it).
+        """
+        for _ in range(_MAX_RETRIES):
+            position = self.base + kernel_offset + self.shift
+            anchor = self._anchor(log, rendering)
+            start = anchor[1]
+            if position < start:
+                # Retention removed these bytes: continue at the oldest retained record,
+                # as Kafka's auto.offset.reset=earliest, and remember the jump.
+                self.shift += start - position
+                position = start
+            end = log.extension_end
+            if position >= end or size <= 0:
+                return b""
+            want = min(size, end - position)
+            self._sequential = position == self._end or (self._end < 0 and kernel_offset == 0)
+            if not self._sequential:
+                ahead = 0
+            try:
+                data = self._read_at(log, rendering, position, want, ahead)
+            except OffsetOutOfRangeError:
+                # The segment under the read was deleted (or the start moved past the
+                # cached batches): forget them and start again from the new log start.
+                self._forget()
+                continue
+            self._read_start = position
+            self._end = position + len(data)
+            return data
+        return b""
+
+    def read_rendered(self, log: Log, kernel_offset: int, size: int) -> bytes | memoryview | None:
+        """``size`` bytes at ``kernel_offset`` when batches rendered before hold all of
+        them, else ``None`` (then ``read`` answers). Touches no file and renders
+        nothing: safe on the daemon's event loop.
+
+        Cost: O(batches kept) to find the bytes, one copy when they span batches.
+        """
+        rendered = self._rendered
+        start = self._start
+        if (
+            size <= 0
+            or not rendered
+            or self._log_id != id(log)
+            or start is None
+            or start[0] != (id(log), log.log_start_offset)
+        ):
+            return None
+        position = self.base + kernel_offset + self.shift
+        want = position + size
+        # Below the retained records (the shift moves), or past the end (a short read
+        # that a read-only mount answers after refreshing): ``read`` decides.
+        if position < start[1][1] or want > log.extension_end:
+            return None
+        if rendered[0].position > position or rendered[-1].end < want:
+            return None
+        data = self._slice(position, want)
+        self._sequential = position == self._end
+        self._read_start = position
+        self._end = want
+        return data
+
+    # -- fills by a render process (``seglogfs.daemon.renderer``) ---------------------------
+
+    def fill_tail(self, log: Log) -> Rendered | None:
+        """The kept bytes a fill would continue after: the last ones, when the last read
+        was sequential, of ``log``, and it is known where the bytes after them begin.
+        Touches no file. Cost: O(1)."""
+        rendered = self._rendered
+        if not self._sequential or not rendered or self._log_id != id(log):
+            return None
+        tail = rendered[-1]
+        return tail if tail.resume >= 0 else None
+
+    @property
+    def unread(self) -> int:
+        """Kept bytes past the end of the last read."""
+        return self._rendered[-1].end - self._end if self._rendered and self._end >= 0 else 0
+
+    @property
+    def phase(self) -> int:
+        """The global position of the kernel's offset 0 for this reader now: fills are
+        cut where the kernel offset is a multiple of ``CHUNK``."""
+        return self.base + self.shift
+
+    def accept_fill(self, tail: Rendered, filled: Rendered) -> bool:
+        """Keep ``filled`` (the bytes after ``tail``) unless the reader moved on since
+        ``tail`` was its last kept bytes. Returns whether it was kept. Cost: O(1)."""
+        rendered = self._rendered
+        if not rendered or rendered[-1] is not tail or filled.position != tail.end:
+            return False
+        rendered.append(filled)
+        return True
+
+    def release_slot(self, slot: int) -> bool:
+        """Drop the kept bytes in ``slot`` if none of them can be returned any more (all
+        end at or before the start of the last read, whose reply may still be on its
+        way; and none is the last kept, which the next fill continues). Returns whether
+        the slot now holds nothing kept. Cost: O(chunks kept)."""
+        rendered = self._rendered
+        mine = [r for r in rendered if r.slot == slot]
+        if not mine:
+            return True
+        if rendered[-1].slot == slot or any(r.end > self._read_start for r in mine):
+            return False
+        self._rendered = deque(r for r in rendered if r.slot != slot)
+        return True
+
+    def _forget(self) -> None:
+        self._rendered.clear()
+        self._generation += 1
+
+    def _slice(self, position: int, want: int) -> bytes | memoryview:
+        # The kept batches cover [position, want): drop those wholly before it (keeping
+        # the last one), then slice the rest.
+        rendered = self._rendered
+        while len(rendered) > 1 and rendered[0].end <= position:
+            rendered.popleft()
+        parts: list[memoryview] = []
+        for r in rendered:
+            if r.position >= want:
+                break
+            lo = position - r.position if position > r.position else 0
+            parts.append(memoryview(r.data)[lo : want - r.position])
+        if len(parts) == 1:
+            return parts[0]
+        return b"".join(parts)
+
+    def _anchor(self, log: Log, rendering: Rendering) -> tuple[int, int]:
+        key = (id(log), log.log_start_offset)
+        if self._start is None or self._start[0] != key:
+            self._start = (key, log_start_anchor(log, rendering))
+        return self._start[1]
+
+    def _read_at(
+        self, log: Log, rendering: Rendering, position: int, size: int, ahead: int
+    ) -> bytes | memoryview:
+        want = position + size
+        rendered = self._rendered
+        if self._log_id != id(log):
+            self._forget()
+            self._log_id = id(log)
+        last = rendered[-1] if rendered else None
+        skip = 0
+        if last is not None and rendered[0].position <= position <= last.end:
+            # Continue the kept batches: the read starts in them or right after them
+            # (a fill may have taken the first bytes of the next batch already).
+            cursor, offset, skip = last.end, last.next_offset, last.skip
+        else:
+            self._forget()
+            offset, cursor = log.extension_floor(position)
+            if offset < log.log_start_offset:
+                # The entry is below a log start inside its segment: scan from the
+                # batch holding the log start (the caller keeps positions above it).
+                offset = log.log_start_offset
+                cursor = self._anchor(log, rendering)[0]
+        # Render up to `want` (what the read needs), then on to `target` (read-ahead).
+        target = min(want + ahead, log.extension_end)
+        if cursor < target:
+            try:
+                for batch in log.batches(offset):
+                    data = rendering.render(batch).data
+                    if skip:
+                        data, skip = data[skip:], 0
+                    # By the last offset: a legacy compressed batch's base offset
+                    # would decompress it again.
+                    segment = log.segments.floor_segment(batch.last_offset)
+                    r = Rendered(
+                        cursor,
+                        data,
+                        batch.next_offset,
+                        -1 if segment is None else segment.base_offset,
+                        batch.position + batch.size,
+                    )
+                    cursor = r.end
+                    if cursor <= position:
+                        continue  # before the read: the scan from the index entry
+                    rendered.append(r)
+                    if cursor >= target:
+                        break
+            except CorruptRecordError:
+                if cursor <= position:
+                    raise
+                # Serve the valid bytes before the corrupt batch (a short read, as a disk
+                # read before a bad sector); the next read starts there and fails.
+            except OffsetOutOfRangeError:
+                if cursor < want:
+                    raise
+                # Retention deleted what the read-ahead wanted: the read has its bytes.
+        return self._slice(position, min(want, cursor))

@@ -1,0 +1,232 @@
+"""The read path: open, read, and the render process's fills (SPEC §3, Consume).
+
+Every file is opened ``direct_io``: every read reaches the daemon (exact sizes, no
+stale page cache, positions that follow the per-file shift of ``PositionReader``).
+Bytes rendered ahead are answered on the event loop (slices of memory, no file
+touched); the rest in a worker thread, which renders ``READ_AHEAD`` past the read. A
+sequential reader of a large file streams through the render process
+(``renderer``): after each read, the bytes after the ones it holds are rendered there,
+on the other core, into shared slots, while the loop replies (a worker thread cannot:
+pyfuse3 holds the GIL while libfuse copies a reply).
+
+Thread-safety: as ``MountState``; the requests of one open file run one at a time (its
+``lock``), so a reader's shift is never updated by two reads at once; a fill runs as a
+task of the daemon's nursery and is awaited by the next read that needs its bytes.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from typing import Any
+
+import pyfuse3
+import trio
+
+from storage import Log, StickyPartitioner
+from storage.log.segment import LogSegment
+
+from ..positions import Rendering
+from .handler import REQUEST_LOG, fail, handler
+from .nodes import BLOCK_SIZE, Kind, Node, OpenFile
+from .position_reader import PositionReader, Rendered
+from .renderer import SLOT_BYTES, SLOTS_PER_FILE, Renderer
+from .state import MountState
+
+__all__ = ["READ_AHEAD", "ReadPath"]
+
+logger = logging.getLogger(__name__)
+
+READ_AHEAD = 4 << 20
+"""Bytes a sequential read renders past its end in its worker thread: the next reads
+(``cat`` and ``dd`` ask 1 MiB at a time) are answered on the event loop from memory, so
+a sequential reader costs one thread hop per READ_AHEAD, not one per request. Memory:
+at most READ_AHEAD plus a request and a batch kept per open file that reads on. A file
+that streams through the render process (``seglogfs.daemon.renderer``) reads ahead through it
+instead: its slots are rendered on the other core while the replies go out."""
+
+
+def _fill_plan(log: Log, tail: Rendered) -> tuple[LogSegment, int, int] | None:
+    """``(segment, file position, end)`` of the bytes after ``tail``: the rest of its
+    segment, or the next segment once it is read to its end; ``None`` at the log end.
+    ``end`` is the segment's size now: bytes the engine has written whole."""
+    segment = log.segments.floor_segment(tail.segment)
+    if segment is None or segment.base_offset != tail.segment:
+        return None  # deleted by retention: the daemon's own read repositions
+    position = tail.resume
+    if position >= segment.size:
+        following = log.segments.higher_segment(segment.base_offset)
+        if following is None or tail.skip or following.base_offset < tail.next_offset:
+            return None
+        segment, position = following, 0
+    if position >= segment.size:
+        return None
+    return segment, position, segment.size
+
+
+class ReadPath(MountState):
+    """The handlers that open and read files (see the module)."""
+
+    @handler
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        node = self._node(inode)
+        access = flags & os.O_ACCMODE
+        writing = access != os.O_RDONLY
+        if node.kind is Kind.ROOT or node.kind is Kind.TOPIC:
+            raise fail(errno.EISDIR)
+        if writing and self.read_only:
+            raise fail(errno.EROFS)
+        if node.kind is Kind.PARTITION:
+            self._log(node)
+            if flags & os.O_TRUNC:
+                raise fail(errno.EPERM)  # `>`: the records stay; `>>` appends
+        elif node.kind is Kind.PRODUCE:
+            self._metadata(node.topic)
+            if access != os.O_WRONLY:
+                raise fail(errno.EACCES)  # write-only: it has nothing to read
+        elif writing or flags & os.O_TRUNC:
+            raise fail(errno.EPERM)  # a view is read-only
+        of = OpenFile(
+            node,
+            writable=writing,
+            append=bool(flags & os.O_APPEND),
+            readable=access != os.O_WRONLY,
+        )
+        if node.kind is Kind.PRODUCE:
+            of.sticky = StickyPartitioner(self._metadata(node.topic).partitions)
+        fh = next(self._next_fh)
+        self._files[fh] = of
+        # direct_io: every read and write reaches the daemon (exact sizes, no stale
+        # page cache, positions that follow the per-file shift), and a write() is one
+        # request (up to max_write), so its lines become one batch.
+        return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
+
+    @handler
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        of = self._file(fh)
+        reader = of.reader
+        if reader is None:
+            raise fail(errno.EBADF)
+        async with of.lock:
+            # Bytes rendered ahead (here or by the render process) are answered on the
+            # event loop (slices of memory, no file touched); the rest in a worker
+            # thread. A fill still outstanding may bring the bytes asked for, and must
+            # not change the kept bytes under a worker thread: wait for it first.
+            log = self._log(of.node)
+            data: Any = reader.read_rendered(log, off, size)
+            while data is None and of.fill is not None:
+                await of.fill.wait()
+                data = reader.read_rendered(log, off, size)
+            if data is None:
+                ahead = 0 if of.slots else READ_AHEAD
+                data = await self._run(self._sync_read, of.node, reader, off, size, ahead)
+            self._start_fill(of, reader, log)
+        if REQUEST_LOG.enabled:
+            logger.debug("read fh=%d off=%d size=%d: %d bytes", fh, off, size, len(data))
+        return data  # type: ignore[no-any-return]
+
+    def _sync_read(
+        self, node: Node, reader: PositionReader, off: int, size: int, ahead: int
+    ) -> Any:
+        log = self._log(node)
+        self._sync_refresh(log)
+        rendering = Rendering.of(self._metadata(node.topic))
+        return reader.read(log, rendering, off, size, ahead)
+
+    def _start_fill(self, of: OpenFile, reader: PositionReader, log: Log) -> None:
+        # After a sequential read: have the render process render the bytes after the
+        # kept ones into a slot none of them is in, while the replies go on.
+        renderer = self._renderer
+        if renderer is None or self._background is None or not renderer.alive:
+            return
+        if of.fill is not None or of.closed:
+            return
+        tail = reader.fill_tail(log)
+        if tail is None or tail is of.stalled:
+            return
+        plan = _fill_plan(log, tail)
+        if plan is None:
+            return
+        if not of.slots:
+            if log.extension_end - tail.end < SLOT_BYTES:
+                return  # near the end (tail -f): the daemon's own reads are enough
+            for _ in range(SLOTS_PER_FILE):
+                slot = renderer.allocate()
+                if slot is not None:
+                    of.slots.append(slot)
+            if len(of.slots) < SLOTS_PER_FILE:
+                self._free_slots(of)
+                return
+        slot = next((s for s in of.slots if s != tail.slot and reader.release_slot(s)), None)
+        if slot is None:
+            return  # every other slot still holds bytes the reader has not passed
+        segment, position, end = plan
+        # End the fill where the reader's kernel offset is a multiple of BLOCK_SIZE, so
+        # that each 1 MiB read of `cat` or `dd` lies in one fill: a slice, not a copy.
+        limit = tail.end + SLOT_BYTES
+        cut = limit - (limit - reader.phase) % BLOCK_SIZE
+        capacity = (cut if cut > tail.end else limit) - tail.end
+        of.fill = trio.Event()
+        self._background.start_soon(
+            self._fill, renderer, of, reader, tail, slot, segment, position, end, capacity
+        )
+
+    async def _fill(
+        self,
+        renderer: Renderer,
+        of: OpenFile,
+        reader: PositionReader,
+        tail: Rendered,
+        slot: int,
+        segment: LogSegment,
+        position: int,
+        end: int,
+        capacity: int,
+    ) -> None:
+        # Opportunistic: a fill that fails only means the daemon renders those bytes
+        # itself (and reports any error then). Raises only Cancelled.
+        try:
+            rendering = Rendering.of(self._metadata(of.node.topic))
+            result = await renderer.fill(
+                slot,
+                segment,
+                position,
+                end,
+                tail.next_offset,
+                tail.skip,
+                capacity,
+                rendering.raw,
+                rendering.key_separator,
+            )
+            if result is not None and result.written > 0:
+                filled = Rendered(
+                    tail.end,
+                    renderer.bytes_of(slot, result.written),
+                    result.next_offset,
+                    segment.base_offset,
+                    result.position,
+                    result.skip,
+                    slot,
+                )
+                reader.accept_fill(tail, filled)
+            else:
+                # Asking again at once would get the same answer, in a loop: the
+                # daemon's own read of these bytes says what is wrong, if anything.
+                of.stalled = tail
+        except Exception as exc:
+            of.stalled = tail
+            logger.debug("fill for %s failed: %r", of.node, exc)
+        finally:
+            event, of.fill = of.fill, None
+            if event is not None:
+                event.set()
+            if of.closed:
+                self._free_slots(of)
+        if not of.closed and not of.lock.locked():
+            # Keep the render process busy: the next fill now, not after the next read
+            # (a read in progress starts it itself when it ends).
+            try:
+                self._start_fill(of, reader, self._log(of.node))
+            except Exception as exc:  # the topic is gone: its next read says so
+                logger.debug("no next fill for %s: %r", of.node, exc)

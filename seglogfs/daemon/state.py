@@ -1,0 +1,141 @@
+"""What every part of the daemon's ``Operations`` shares: inodes, open files, the engine.
+
+``MountState`` is the base of the three request handler groups (``namespace``,
+``read_path``, ``write_path``), which ``operations.Operations`` joins into one pyfuse3
+handler class. It owns the inode table (one inode per node, stable for the daemon's
+life; view inodes until the kernel forgets them), the open files by handle, the bridge
+to worker threads (``run_sync``), the render process's slots, and the read-only
+mount's refresh of a live writer's changes.
+
+Thread-safety: the tables change on the trio thread only; ``_sync_refresh`` and
+``_log`` run in worker threads too and touch only the engine (thread-safe) and a dict
+whose single get/set operations the GIL keeps atomic.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pyfuse3
+import trio
+
+from storage import Log, LogManager, TopicMetadata
+
+from .handler import fail
+from .nodes import ROOT_NODE, Node, OpenFile
+from .renderer import Renderer
+
+__all__ = ["REFRESH_LOG_S", "REFRESH_TOPICS_S", "MountState", "RunSync"]
+
+RunSync = Callable[..., Awaitable[Any]]
+"""The daemon's bridge to worker threads: ``await run_sync(fn, *args)``."""
+
+# Read-only mounts follow a live writer: a log is refreshed at most this often (seconds)
+# when it is stat'ed or read, the topic list at most every REFRESH_TOPICS_S.
+REFRESH_LOG_S = 0.02
+REFRESH_TOPICS_S = 1.0
+
+
+class MountState(pyfuse3.Operations):
+    """The state of one mount, shared by its request handlers (see the module)."""
+
+    supports_dot_lookup = True
+    enable_writeback_cache = False
+    enable_acl = False
+
+    def __init__(
+        self,
+        manager: LogManager,
+        run_sync: RunSync,
+        *,
+        read_only: bool = False,
+        show_internal: bool = False,
+    ) -> None:
+        super().__init__()
+        self.manager = manager
+        self._run = run_sync
+        self.read_only = read_only or manager.read_only
+        self.show_internal = show_internal
+        self._inodes: dict[Node, int] = {ROOT_NODE: pyfuse3.ROOT_INODE}
+        self._nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: ROOT_NODE}
+        self._next_inode = itertools.count(pyfuse3.ROOT_INODE + 1)
+        self._lookups: dict[int, int] = {}  # the kernel's lookup count of view inodes
+        self._files: dict[int, OpenFile] = {}
+        self._next_fh = itertools.count(1)
+        self._renderer: Renderer | None = None
+        self._background: trio.Nursery | None = None
+        self._admin = trio.Lock()
+        self._mounted_ns = time.time_ns()
+        self._uid = os.getuid()
+        self._gid = os.getgid()
+        self._refreshed: dict[tuple[str, int], float] = {}
+        self._topics_refreshed = 0.0
+        # The active segment each partition appended to last: a change is a roll.
+        self._active_base: dict[tuple[str, int], int] = {
+            (log.topic, log.partition): log.active_segment.base_offset for log in manager.logs()
+        }
+
+    def use_renderer(self, renderer: Renderer, nursery: trio.Nursery) -> None:
+        """Stream sequential reads through ``renderer``; its fills run as tasks of
+        ``nursery``, which outlives the requests."""
+        self._renderer = renderer
+        self._background = nursery
+
+    # -- inodes, nodes and open files --------------------------------------------------
+
+    def _inode(self, node: Node) -> int:
+        inode = self._inodes.get(node)
+        if inode is None:
+            inode = next(self._next_inode)
+            self._inodes[node] = inode
+            self._nodes[inode] = node
+        return inode
+
+    def _node(self, inode: int) -> Node:
+        node = self._nodes.get(inode)
+        if node is None:
+            raise fail(errno.ENOENT)
+        return node
+
+    def _file(self, fh: int) -> OpenFile:
+        of = self._files.get(fh)
+        if of is None:
+            raise fail(errno.EBADF)
+        return of
+
+    def _visible(self, topic: str) -> bool:
+        return self.show_internal or not topic.startswith("__")
+
+    def _metadata(self, topic: str) -> TopicMetadata:
+        """Raises: UnknownTopicError (ENOENT)."""
+        return self.manager.topic(topic)
+
+    def _log(self, node: Node) -> Log:
+        """Raises: UnknownTopicError (ENOENT) when the topic or partition is gone."""
+        return self.manager.log(node.topic, node.partition)
+
+    async def _refresh_topics(self) -> None:
+        # A read-only mount sees topics a live writer creates; at most once a second.
+        if self.read_only and time.monotonic() - self._topics_refreshed > REFRESH_TOPICS_S:
+            self._topics_refreshed = time.monotonic()
+            await self._run(self.manager.refresh)
+
+    def _sync_refresh(self, log: Log) -> None:
+        if not self.read_only:
+            return
+        key = (log.topic, log.partition)
+        now = time.monotonic()
+        if now - self._refreshed.get(key, 0.0) > REFRESH_LOG_S:
+            self._refreshed[key] = now
+            log.refresh()
+
+    def _free_slots(self, of: OpenFile) -> None:
+        if self._renderer is not None:
+            for slot in of.slots:
+                self._renderer.free(slot)
+        of.slots = []

@@ -1,0 +1,949 @@
+"""A partition's log: its segments, its offsets, append, read, roll and retention.
+
+This is Kafka's ``UnifiedLog`` + ``LocalLog`` for one ``<topic>-<partition>`` directory.
+Offsets are assigned on append; reads go offset -> segment (bisection over base
+offsets) -> index entry -> forward scan. Roll, retention, flush and delayed deletion
+are methods the owner runs when each says it is due (``next_roll_due_ms`` ...: the
+daemon sleeps until the earliest); the time comes from an injectable ``Clock``.
+``Log.open`` builds a log from what ``log_loader.load_log`` found on disk.
+
+Thread-safety: thread-safe. Appends, roll, retention, truncation, flush and close
+take the log's lock. Reads do not: any number of threads read concurrently with them,
+on a snapshot of the segment map and ``pread`` below sizes that only grow. Segments
+removed by retention keep their descriptors open for ``file.delete.delay.ms`` so that
+a read in progress can finish; a read still in a segment after that raises
+``SegmentDeletedError`` (an ``OffsetOutOfRangeError``: reposition at the log start).
+
+A log opened with ``writable=False`` never changes a file: it is how another process
+reads a log directory a writer owns (``refresh()`` picks up new data and segments) and
+how a copy of a Kafka broker's directory is browsed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import threading
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import (
+    CorruptRecordError,
+    InvalidOffsetError,
+    OffsetOutOfRangeError,
+    ReadOnlyLogError,
+    RecordTooLargeError,
+    SegmentDeletedError,
+)
+from ..record.batch_builder import build_record_batch
+from ..record.compression import codec_from_name
+from ..record.record import CompressionType, Header, Record, TimestampType
+from ..record.record_batch import (
+    MAGIC_V2,
+    DefaultRecordBatch,
+    RecordBatch,
+    iter_batches,
+    patch_base_offset,
+    patch_log_append_time,
+    read_batch,
+    validate_client_batch,
+)
+from ..record.record_columns import RecordColumns
+from .checkpoint import write_extension_start_checkpoint
+from .extension_index import ExtensionIndexSpec
+from .file_names import DELETED_FILE_SUFFIX, parse_topic_partition_name
+from .log_config import LogConfig
+from .log_loader import load_log, refresh_segments
+from .log_segments import LogSegments
+from .segment import AppendedBatch, LogSegment
+
+logger = logging.getLogger(__name__)
+
+FIRST_RUN_RECORDS = 8
+"""``records()`` decodes this many offsets of its first batch before the rest."""
+
+SegmentPredicate = Callable[[LogSegment, "LogSegment | None"], bool]
+"""A retention rule: is this segment (followed by that one, None for the active
+segment) deletable? Kafka's ``shouldDelete``."""
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    """What an append did: the offsets it assigned and where the bytes went."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    record_count: int
+    size: int
+    segment_base_offset: int
+    position: int
+
+
+class Log:
+    """The log of one topic-partition. Open it with ``Log.open``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: LogSegments,
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        next_offset: int,
+        clock: Clock = SYSTEM_CLOCK,
+        writable: bool = True,
+        extension: ExtensionIndexSpec | None = None,
+        scratch_dirs: Sequence[Path] = (),
+    ) -> None:
+        self.dir = directory
+        parsed = parse_topic_partition_name(directory.name)
+        self.topic, self.partition = parsed if parsed is not None else (directory.name, 0)
+        self.config = config
+        self.segments = segments
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self._next_offset = next_offset
+        self.clock = clock
+        self.writable = writable
+        self.extension = extension
+        self._lock = threading.RLock()
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._closed = False
+        self._last_flush_ms = clock.milliseconds()
+        # Private directories holding indexes a read-only log had to rebuild.
+        self._scratch_dirs = list(scratch_dirs)
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        had_clean_shutdown: bool = True,
+        clock: Clock = SYSTEM_CLOCK,
+        writable: bool = True,
+        extension: ExtensionIndexSpec | None = None,
+    ) -> Log:
+        """Open (creating if needed, when writable) the log in ``directory``, recovering
+        it after an unclean shutdown (see ``log_loader.load_log``).
+
+        Raises:
+            ConfigError: (writable) a setting the engine does not honour yet.
+            StorageError: a read-only open of a directory that does not exist.
+            OSError: the directory cannot be read or written.
+        """
+        if writable:
+            config.require_supported()
+        loaded = load_log(
+            directory,
+            config,
+            log_start_offset=log_start_offset,
+            recovery_point=recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+            clock=clock,
+            writable=writable,
+            extension=extension,
+        )
+        return cls(
+            directory,
+            config,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            next_offset=loaded.next_offset,
+            clock=clock,
+            writable=writable,
+            extension=extension,
+            scratch_dirs=loaded.scratch_dirs,
+        )
+
+    # -- offsets and facts -----------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._next_offset
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def active_segment(self) -> LogSegment:
+        segment = self.segments.last_segment
+        assert segment is not None, "a log always has an active segment"
+        return segment
+
+    @property
+    def size(self) -> int:
+        """Bytes in all ``.log`` files. Cost: O(number of segments)."""
+        return self.segments.size_in_bytes()
+
+    @property
+    def number_of_segments(self) -> int:
+        return len(self.segments)
+
+    def first_timestamp(self) -> int:
+        """Timestamp of the oldest retained record, -1 if the log is empty."""
+        try:
+            for record in self.records(self.log_start_offset):
+                return record.timestamp
+        except OffsetOutOfRangeError:
+            pass  # retention moved the start meanwhile: as if empty, for a snapshot
+        return -1
+
+    def last_timestamp(self) -> int:
+        """The largest record timestamp in the active segment (or earlier ones if empty)."""
+        for segment in reversed(self.segments.values()):
+            ts = segment.max_timestamp
+            if ts >= 0 or segment.size > 0:
+                return ts
+        return -1
+
+    # -- the extension index -----------------------------------------------------------
+
+    @property
+    def extension_end(self) -> int:
+        """Cumulative extension units at the log end (0 without an extension index)."""
+        return self.active_segment.extension_end
+
+    @property
+    def extension_start(self) -> int:
+        """Cumulative extension units at the start of the oldest retained segment."""
+        first = self.segments.first_segment
+        return 0 if first is None else first.extension_start
+
+    def extension_floor(self, units: int) -> tuple[int, int]:
+        """(offset, units before it) of an indexed batch start at or below ``units``.
+
+        Scan forward from it with ``batches(offset)``. Below the oldest retained
+        segment the answer is that segment's start (the caller skips the gap).
+
+        Cost: O(segments) to snapshot and bisect the map, O(log n) in the index.
+        """
+        segments = self.segments.values()
+        i = bisect_right(segments, units, key=lambda segment: segment.extension_start) - 1
+        return segments[max(i, 0)].extension_floor_by_units(units)
+
+    def extension_position(self, offset: int) -> tuple[int, int]:
+        """(batch start offset <= ``offset``, units before that batch).
+
+        Cost: O(log n) in the segment map and the index.
+        """
+        segment = self.segments.floor_segment(offset) or self.segments.first_segment
+        assert segment is not None
+        return segment.extension_floor_by_offset(offset)
+
+    # -- appending -------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if not self.writable:
+            raise ReadOnlyLogError(f"log {self.dir} is open read-only")
+        if self._closed:
+            raise ReadOnlyLogError(f"log {self.dir} is closed")
+
+    def append(
+        self,
+        values: Sequence[bytes | None],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+        timestamps: Sequence[int] | int | None = None,
+        headers: Sequence[Sequence[Header]] | None = None,
+        units: int | None = None,
+    ) -> AppendInfo:
+        """Append records as one batch (several if one would exceed ``max.message.bytes``).
+
+        ``timestamps`` default to the clock's now; under ``message.timestamp.type=
+        LogAppendTime`` the log's time replaces them. The batch is compressed with the
+        topic's ``compression.type`` (``producer`` and ``uncompressed`` mean none here).
+        All batches of one call go out in one ``write``: a failure appends nothing.
+        ``units`` is what the records measure in the extension index's units (e.g. the
+        bytes a file-system write carried); None measures the built batches.
+
+        Blocking: one ``write``; when the append rolls the segment, also the ``fsync``
+        of the sealed segment (up to ``segment.bytes`` of dirty pages: tens of ms for
+        MiBs, seconds for a full GiB on a slow disk); with ``flush.messages`` reached, an
+        ``fsync`` of the unflushed segments.
+
+        Cost: O(bytes appended); O(log n) roll check.
+
+        Raises:
+            RecordTooLargeError: a single record's batch exceeds ``max.message.bytes``.
+            OSError: the write failed (e.g. ``ENOSPC``); nothing was appended.
+            ReadOnlyLogError: the log is read-only or closed.
+        """
+        n = len(values)
+        if n == 0:
+            raise ValueError("append needs at least one record")
+        with self._lock:
+            self._check_writable()
+            now = self.clock.milliseconds()
+            timestamp_type = self._timestamp_type
+            if timestamps is None or timestamp_type is TimestampType.LOG_APPEND_TIME:
+                timestamps = now
+            codec = self._codec
+            base_offset = self._next_offset
+            data_parts: list[bytes] = []
+            appended: list[AppendedBatch] = []
+            self._build_batches(
+                values, keys, timestamps, headers, 0, n, base_offset, codec, timestamp_type,
+                data_parts, appended,
+            )  # fmt: skip
+            if self.extension is not None:
+                if units is not None and len(appended) == 1:
+                    appended[0] = appended[0]._replace(units=units)
+                else:
+                    measure = self.extension.measure
+                    appended = [
+                        batch._replace(units=measure(read_batch(part)))
+                        for batch, part in zip(appended, data_parts, strict=True)
+                    ]
+            return self._append_built(base_offset, data_parts, appended, n, now)
+
+    @property
+    def _codec(self) -> CompressionType:
+        name = self.config.compression_type
+        return CompressionType.NONE if name == "producer" else codec_from_name(name)
+
+    @property
+    def _timestamp_type(self) -> TimestampType:
+        if self.config.message_timestamp_type == "LogAppendTime":
+            return TimestampType.LOG_APPEND_TIME
+        return TimestampType.CREATE_TIME
+
+    def _build_batches(
+        self,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        timestamps: Sequence[int] | int,
+        headers: Sequence[Sequence[Header]] | None,
+        start: int,
+        end: int,
+        base_offset: int,
+        codec: CompressionType,
+        timestamp_type: TimestampType,
+        data_parts: list[bytes],
+        appended: list[AppendedBatch],
+    ) -> None:
+        # Build one batch for values[start:end]; if it is over max.message.bytes, split
+        # the range in halves (a record alone over the limit is the producer's error).
+        whole = start == 0 and end == len(values)
+        batch_timestamps = timestamps if isinstance(timestamps, int) else timestamps[start:end]
+        data = build_record_batch(
+            values if whole else values[start:end],
+            keys=None if keys is None else (keys if whole else keys[start:end]),
+            headers=None if headers is None else (headers if whole else headers[start:end]),
+            timestamps=batch_timestamps,
+            base_offset=base_offset + start,
+            codec=codec,
+            timestamp_type=timestamp_type,
+        )
+        limit = self.config.max_message_bytes
+        if len(data) > limit:
+            if end - start == 1:
+                raise RecordTooLargeError(len(data), limit)
+            middle = (start + end) // 2
+            for lo, hi in ((start, middle), (middle, end)):
+                self._build_batches(
+                    values, keys, timestamps, headers, lo, hi, base_offset, codec,
+                    timestamp_type, data_parts, appended,
+                )  # fmt: skip
+            return
+        max_ts = batch_timestamps if isinstance(batch_timestamps, int) else max(batch_timestamps)
+        data_parts.append(data)
+        first, last = base_offset + start, base_offset + end - 1
+        appended.append(AppendedBatch(first, last, max_ts, len(data)))
+
+    def append_batches(self, data: bytes, *, assign_offsets: bool = True) -> AppendInfo:
+        """Append client-built v2 batches (back to back in ``data``), as a broker does.
+
+        With ``assign_offsets`` (a producer's batches) each batch is validated as
+        Kafka's ``LogValidator`` does (``validate_client_batch``: CRC, size, count vs
+        offset deltas, no control or transactional batch) and its base offset rewritten
+        to the log end offset (bytes 0-7, outside the CRC). Without it (copying a log,
+        gaps included, as replication does) only the CRC and size are checked, and the
+        batches must start at or after the log end offset and increase. Under
+        ``LogAppendTime`` each batch's max timestamp is set to now and its CRC
+        recomputed. Nothing is appended unless every batch passes.
+
+        Raises:
+            CorruptRecordError: a batch is partial, not v2, or fails its CRC.
+            RecordTooLargeError: a batch exceeds ``max.message.bytes``.
+            InvalidRecordError: a producer batch breaks a ``LogValidator`` rule.
+            InvalidOffsetError: without ``assign_offsets``, offsets do not follow the log end.
+            ReadOnlyLogError: the log is read-only or closed.
+        """
+        with self._lock:
+            self._check_writable()
+            now = self.clock.milliseconds()
+            limit = self.config.max_message_bytes
+            log_append_time = self._timestamp_type is TimestampType.LOG_APPEND_TIME
+            measure = None if self.extension is None else self.extension.measure
+            next_offset = self._next_offset
+            parts: list[bytes] = []
+            appended: list[AppendedBatch] = []
+            consumed = 0
+            count = 0
+            first_base_offset = -1
+            for batch in iter_batches(data):
+                if assign_offsets:
+                    batch = validate_client_batch(batch, limit)
+                elif batch.magic != MAGIC_V2 or not batch.is_valid():
+                    raise CorruptRecordError(
+                        "batch is not a valid v2 batch", position=batch.position
+                    )
+                elif batch.size > limit:
+                    raise RecordTooLargeError(batch.size, limit)
+                raw = bytearray(batch.to_bytes())
+                if assign_offsets:
+                    patch_base_offset(raw, next_offset)
+                    base_offset = next_offset
+                    last_offset = next_offset + batch.last_offset - batch.base_offset
+                elif batch.base_offset < next_offset:
+                    raise InvalidOffsetError(
+                        f"batch base offset {batch.base_offset} is below the log end "
+                        f"offset {next_offset}"
+                    )
+                else:
+                    base_offset, last_offset = batch.base_offset, batch.last_offset
+                if first_base_offset < 0:
+                    first_base_offset = base_offset
+                max_ts = batch.max_timestamp
+                if log_append_time:
+                    max_ts = now
+                    patch_log_append_time(raw, now)
+                units = 0 if measure is None else measure(batch)
+                parts.append(bytes(raw))
+                appended.append(AppendedBatch(base_offset, last_offset, max_ts, batch.size, units))
+                next_offset = last_offset + 1
+                consumed += batch.size
+                assert isinstance(batch, DefaultRecordBatch)  # v2, checked above
+                count += batch.records_count
+            if consumed != len(data) or not parts:
+                raise CorruptRecordError(
+                    f"{len(data) - consumed} bytes after the last complete batch",
+                    position=consumed,
+                )
+            return self._append_built(first_base_offset, parts, appended, count, now)
+
+    def _append_built(
+        self,
+        first_offset: int,
+        parts: list[bytes],
+        appended: list[AppendedBatch],
+        count: int,
+        now: int,
+    ) -> AppendInfo:
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        last_offset = appended[-1].last_offset
+        max_ts = max(batch.max_timestamp for batch in appended)
+        segment = self._maybe_roll(len(data), max_ts, last_offset, now)
+        position = segment.append(data, appended)
+        self._next_offset = last_offset + 1
+        if self._next_offset - self.recovery_point >= self.config.flush_messages:
+            self.flush()
+        return AppendInfo(
+            first_offset, last_offset, max_ts, count, len(data), segment.base_offset, position
+        )
+
+    # -- roll ------------------------------------------------------------------------
+
+    def _maybe_roll(
+        self, messages_size: int, max_timestamp: int, max_offset: int, now: int
+    ) -> LogSegment:
+        segment = self.active_segment
+        config = self.config
+        if segment.should_roll(
+            messages_size,
+            max_timestamp,
+            max_offset,
+            now,
+            config.segment_bytes,
+            config.max_segment_ms,
+        ):
+            return self.roll()
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Seal the active segment and start a new one at the log end offset.
+
+        The sealed segment is fsynced and the recovery point moves to the new segment.
+        A roll of an empty active segment is a no-op (Kafka would recreate it).
+
+        Blocking: the ``fsync`` of the sealed segment (see ``append``).
+
+        Raises:
+            ReadOnlyLogError: the log is read-only or closed.
+        """
+        with self._lock:
+            self._check_writable()
+            active = self.active_segment
+            new_offset = self._next_offset
+            if active.base_offset == new_offset:
+                return active
+            active.on_becoming_inactive()
+            # Kafka flushes the sealed segment (asynchronously) and moves the recovery
+            # point past it. Doing it here, before the new segment exists, keeps the
+            # crash guarantee simple: only the active segment can lose unflushed data,
+            # so recovery always leaves a prefix of what was appended.
+            active.flush()
+            self.recovery_point = max(self.recovery_point, new_offset)
+            segment = LogSegment.open(
+                self.dir,
+                new_offset,
+                self.config,
+                self.clock.milliseconds(),
+                rolling_jitter_ms=self._random_jitter(),
+                extension_spec=self.extension,
+            )
+            segment.start_extension(active.extension_end)
+            self.segments.add(segment)
+            logger.debug("%s: rolled to segment %d", self.dir.name, new_offset)
+            return segment
+
+    def _random_jitter(self) -> int:
+        jitter = self.config.segment_jitter_ms
+        if jitter == 0:
+            return 0
+        return random.randrange(min(jitter, self.config.max_segment_ms))
+
+    def next_roll_due_ms(self) -> int | None:
+        """When ``roll_if_due`` will next roll the active segment on ``segment.ms``;
+        None while it is empty (a new append may change the answer)."""
+        active = self.active_segment
+        if active.size == 0:
+            return None
+        first = active.first_batch_timestamp()
+        since = first if first is not None and first >= 0 else active.created_ms
+        return since + self.config.max_segment_ms - active.rolling_jitter_ms + 1
+
+    def roll_if_due(self) -> bool:
+        """Roll when the active segment is non-empty and older than ``segment.ms``.
+
+        Kafka rolls on time only when a new append arrives; the daemon calls this when
+        ``next_roll_due_ms`` says, so that a quiet partition's segment still seals on
+        time. A closed log is skipped.
+
+        Raises:
+            ReadOnlyLogError: the log is read-only.
+        """
+        with self._lock:
+            if self._closed:
+                return False
+            self._check_writable()
+            now = self.clock.milliseconds()
+            active = self.active_segment
+            if active.size > 0 and active.time_waited_for_roll(now, now) > (
+                self.config.max_segment_ms - active.rolling_jitter_ms
+            ):
+                self.roll()
+                return True
+            return False
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _check_offset(self, offset: int) -> None:
+        if offset < self.log_start_offset or offset > self._next_offset:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, self._next_offset)
+
+    def _deleted(self, segment: LogSegment, offset: int) -> SegmentDeletedError:
+        error = SegmentDeletedError(segment.path, offset)
+        error.log_start_offset = self.log_start_offset
+        error.log_end_offset = self._next_offset
+        return error
+
+    def batches(self, start_offset: int, *, check_crc: bool = True) -> Iterator[RecordBatch]:
+        """Batches from the one holding ``start_offset`` to the log end, validated.
+
+        The first batch may start before ``start_offset``; callers filter records.
+        Segments deleted by retention during the iteration are read to their end while
+        their descriptors stay open; later segments are picked up as they appear.
+
+        Cost: O(log n) to position (segment bisection, index lookup), then sequential.
+
+        Raises:
+            OffsetOutOfRangeError: ``start_offset`` outside [log start, log end].
+            SegmentDeletedError: retention deleted the records the iteration needed
+                next while it ran (reposition at ``log_start_offset``).
+            CorruptRecordError: a batch fails its CRC (never served).
+        """
+        self._check_offset(start_offset)
+        offset = start_offset
+        segment = self.segments.floor_segment(offset)
+        if segment is None:
+            # Retention moved the start past ``offset`` since the check above.
+            first = self.segments.first_segment
+            assert first is not None
+            raise self._deleted(first, offset)
+        while True:
+            try:
+                for batch in segment.batches_from(offset):
+                    if check_crc and not batch.is_valid():
+                        raise CorruptRecordError("CRC mismatch", segment.path, batch.position)
+                    yield batch
+                    offset = batch.next_offset
+            except SegmentDeletedError:
+                raise self._deleted(segment, offset) from None
+            following = self.segments.higher_segment(segment.base_offset)
+            if following is None:
+                return
+            if following.base_offset > offset and offset < self.log_start_offset:
+                # The segments between this one and ``following`` were deleted while
+                # this one was read: a gap retention made, not one in the data.
+                raise self._deleted(segment, offset)
+            offset = max(offset, following.base_offset)
+            segment = following
+
+    def record_columns(
+        self, start_offset: int, end_offset: int | None = None
+    ) -> Iterator[RecordColumns]:
+        """The records with ``start_offset <= offset < end_offset``, a batch of columns
+        at a time: the bulk read path (rendering, Arrow), with no object per record.
+
+        Records of the first and last batch outside the range are skipped, not
+        decoded (``RecordBatch.columns``); the CRC covers them all.
+
+        Raises:
+            OffsetOutOfRangeError, SegmentDeletedError, CorruptRecordError: as ``batches``.
+        """
+        return self._column_runs(start_offset, end_offset, 0)
+
+    def records(self, start_offset: int, end_offset: int | None = None) -> Iterator[Record]:
+        """Records with ``start_offset <= offset < end_offset`` (to the log end by default).
+
+        Decoding is lazy at the start: the first ``FIRST_RUN_RECORDS`` records come
+        from a decode of their own, so ``next(log.records(offset))`` (a lookup) does not
+        decode the rest of the batch it lands in. A malformed record there raises when
+        the iteration reaches it.
+
+        Raises:
+            OffsetOutOfRangeError, SegmentDeletedError, CorruptRecordError: as ``batches``.
+        """
+        # chain.from_iterable hands records over at C speed; a ``yield from`` here
+        # would add a generator resumption per record to the read path.
+        return chain.from_iterable(self._column_runs(start_offset, end_offset, FIRST_RUN_RECORDS))
+
+    def _column_runs(
+        self, start_offset: int, end_offset: int | None, first_run: int
+    ) -> Iterator[RecordColumns]:
+        # ``first_run`` > 0: the first batch's records from ``start_offset`` come as two
+        # decodes, its first ``first_run`` offsets, then the rest.
+        for batch in self.batches(start_offset):
+            if end_offset is not None and batch.base_offset >= end_offset:
+                return
+            if first_run > 0:
+                split = max(start_offset, batch.base_offset) + first_run
+                first_run = 0
+                if split <= batch.last_offset and (end_offset is None or split < end_offset):
+                    columns = batch.columns(start_offset, split)
+                    if len(columns):
+                        yield columns
+                    start_offset = split
+            columns = batch.columns(start_offset, end_offset)
+            if len(columns):
+                yield columns
+
+    def read(self, start_offset: int, max_records: int) -> list[Record]:
+        """Up to ``max_records`` records from ``start_offset``."""
+        out: list[Record] = []
+        for record in self.records(start_offset):
+            out.append(record)
+            if len(out) >= max_records:
+                break
+        return out
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is >= ``timestamp`` (Kafka's
+        ``ListOffsets`` by time), or None when every record is older.
+
+        Cost: O(segments) to find the segment by its max timestamp, then O(log n)
+        through its time and offset indexes and a short scan.
+
+        Raises:
+            SegmentDeletedError: the segment searched was deleted meanwhile.
+        """
+        for segment in self.segments.values():
+            if segment.max_timestamp >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return max(found.offset, self.log_start_offset)
+        return None
+
+    # -- retention -------------------------------------------------------------------
+
+    def delete_old_segments(self) -> int:
+        """Apply retention; return the number of segments deleted. A closed log is skipped.
+
+        Deletes oldest first, as Kafka's ``deleteOldSegments``: segments wholly below
+        the log start offset; with ``cleanup.policy`` containing ``delete``, segments
+        whose newest record is older than ``retention.ms`` and the oldest segments
+        while the log exceeds ``retention.bytes``. The non-empty active segment is
+        deletable too: when every segment is, the log first rolls (so a quiet
+        partition does not serve expired records forever). The log start offset moves
+        to the first retained segment. Files are renamed ``.deleted`` and removed after
+        ``file.delete.delay.ms`` (``delete_expired_files``).
+
+        Raises:
+            ReadOnlyLogError: the log is read-only.
+        """
+        with self._lock:
+            if self._closed:
+                return 0
+            self._check_writable()
+            deleted = self._delete_old(self._below_log_start)
+            if self.config.delete:
+                now = self.clock.milliseconds()
+                deleted += self._delete_old(self._retention_ms_breached(now))
+                deleted += self._delete_old(self._retention_size_breached())
+            self.delete_expired_files()
+            return deleted
+
+    def _below_log_start(self, segment: LogSegment, following: LogSegment | None) -> bool:
+        return following is not None and following.base_offset <= self.log_start_offset
+
+    def _retention_ms_breached(self, now: int) -> SegmentPredicate:
+        retention_ms = self.config.retention_ms
+
+        def expired(segment: LogSegment, following: LogSegment | None) -> bool:
+            return retention_ms >= 0 and now - segment.largest_timestamp() > retention_ms
+
+        return expired
+
+    def _retention_size_breached(self) -> SegmentPredicate:
+        retention_bytes = self.config.retention_bytes
+        excess = self.size - retention_bytes if retention_bytes >= 0 else 0
+
+        def over_size(segment: LogSegment, following: LogSegment | None) -> bool:
+            nonlocal excess
+            if excess > 0 and excess - segment.size >= 0:
+                excess -= segment.size
+                return True
+            return False
+
+        return over_size
+
+    def _delete_old(self, predicate: SegmentPredicate) -> int:
+        # Kafka's LocalLog.deletableSegments: oldest first while the predicate holds,
+        # never an empty active segment.
+        segments = self.segments.values()
+        deletable: list[LogSegment] = []
+        for i, segment in enumerate(segments):
+            following = segments[i + 1] if i + 1 < len(segments) else None
+            if (following is None and segment.size == 0) or not predicate(segment, following):
+                break
+            deletable.append(segment)
+        if not deletable:
+            return 0
+        if len(deletable) == len(segments):
+            # A log always has a segment: roll so the expired active one can go.
+            self.roll()
+        self._delete_segments(deletable)
+        return len(deletable)
+
+    def _delete_segments(self, segments: list[LogSegment]) -> None:
+        # The order is important: the extension-start checkpoint names the new oldest
+        # segment first, while the units before it are still on disk (a crash after it
+        # leaves a checkpoint naming a later segment, which the loader computes back
+        # from; a crash before it, the old checkpoint and all the old segments). Then
+        # the log start offset moves, so a reader that finds the segment map changed
+        # also finds the start moved (and reports the
+        # deletion instead of skipping it as a gap in the data); then the segments
+        # leave the map, so no new read starts in them; then the files are renamed
+        # .deleted (a crash from here on leaves files that recovery removes); the
+        # unlink waits file.delete.delay.ms for reads already under way.
+        following = self.segments.higher_segment(segments[-1].base_offset)
+        assert following is not None, "the active segment is never deleted"
+        self._checkpoint_extension_start(following)
+        self.log_start_offset = max(self.log_start_offset, following.base_offset)
+        for segment in segments:
+            self.segments.remove(segment.base_offset)
+        due = self.clock.milliseconds() + self.config.file_delete_delay_ms
+        for segment in segments:
+            segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            self._pending_deletes.append((due, segment))
+        logger.info(
+            "%s: deleted %d segment(s); log start offset %d",
+            self.dir.name,
+            len(segments),
+            self.log_start_offset,
+        )
+
+    def next_retention_due_ms(self) -> int | None:
+        """When the oldest segment's records pass ``retention.ms`` (None: never by
+        time). Size-based retention is due whenever an append made the log too big."""
+        if not self.config.delete or self.config.retention_ms < 0:
+            return None
+        first = self.segments.first_segment
+        if first is None or first.size == 0:
+            return None
+        return first.largest_timestamp() + self.config.retention_ms + 1
+
+    def next_file_deletion_due_ms(self) -> int | None:
+        """When ``delete_expired_files`` next has a file to remove."""
+        with self._lock:
+            return min((due for due, _segment in self._pending_deletes), default=None)
+
+    def delete_expired_files(self) -> int:
+        """Unlink ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
+        with self._lock:
+            now = self.clock.milliseconds()
+            keep: list[tuple[int, LogSegment]] = []
+            removed = 0
+            for due, segment in self._pending_deletes:
+                if due <= now:
+                    segment.delete_if_exists()
+                    removed += 1
+                else:
+                    keep.append((due, segment))
+            self._pending_deletes = keep
+            return removed
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """Move the log start offset forward (Kafka's ``DeleteRecords``); whole
+        segments below it go at the next ``delete_old_segments``.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is past the log end.
+            ReadOnlyLogError: the log is read-only or closed.
+        """
+        with self._lock:
+            self._check_writable()
+            if offset > self._next_offset:
+                raise OffsetOutOfRangeError(offset, self.log_start_offset, self._next_offset)
+            self.log_start_offset = max(self.log_start_offset, offset)
+
+    # -- truncation, flush, close ----------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every record at ``offset`` and after (batch granularity, as Kafka).
+
+        Raises:
+            ReadOnlyLogError: the log is read-only or closed.
+        """
+        with self._lock:
+            self._check_writable()
+            if offset >= self._next_offset:
+                return
+            if offset <= self.log_start_offset:
+                offset = self.log_start_offset
+            for segment in reversed(self.segments.values()):
+                if segment.base_offset > offset and len(self.segments) > 1:
+                    self.segments.remove(segment.base_offset)
+                    segment.delete_if_exists()
+            active = self.active_segment
+            active.truncate_to(offset)
+            for index in active.indexes():
+                index.resize(self.config.segment_index_bytes)
+            self._next_offset = active.read_next_offset()
+            self.recovery_point = min(self.recovery_point, self._next_offset)
+
+    def flush(self) -> None:
+        """fsync every segment holding offsets at or after the recovery point, then move
+        the recovery point to the log end (the caller checkpoints it). A closed or
+        read-only log is skipped."""
+        with self._lock:
+            if not self.writable or self._closed:
+                return
+            self._last_flush_ms = self.clock.milliseconds()
+            end = self._next_offset
+            if end <= self.recovery_point:
+                return
+            for segment in self.segments.values(self.recovery_point):
+                segment.flush()
+            self.recovery_point = end
+
+    def next_flush_due_ms(self) -> int | None:
+        """When ``flush.ms`` asks for a flush of the data appended since the last one;
+        None when nothing is unflushed or ``flush.ms`` is unlimited."""
+        if self._next_offset <= self.recovery_point or not self.writable:
+            return None
+        flush_ms = self.config.flush_ms
+        if flush_ms >= 2**62:
+            return None
+        return self._last_flush_ms + flush_ms
+
+    def refresh(self) -> None:
+        """For a read-only log another process writes: pick up new bytes and segments."""
+        with self._lock:
+            if self._closed:
+                return
+            next_offset = refresh_segments(
+                self.dir,
+                self.segments,
+                self.config,
+                self.clock,
+                self._scratch_dirs,
+                self.extension,
+            )
+            if next_offset is None:
+                return  # the topic was deleted; keep serving what we had
+            self._next_offset = next_offset
+            first = self.segments.first_segment
+            if first is not None:
+                self.log_start_offset = max(self.log_start_offset, first.base_offset)
+
+    def close(self) -> None:
+        """Flush and close every segment (indexes trimmed); pending deletes complete."""
+        with self._lock:
+            if self._closed:
+                return
+            if self.writable:
+                self.flush()
+                first = self.segments.first_segment
+                # A log whose oldest segment starts at (0, 0) lost nothing: no file.
+                if first is not None and (first.base_offset, first.extension_start) != (0, 0):
+                    self._checkpoint_extension_start(first)
+                for _due, segment in self._pending_deletes:
+                    segment.delete_if_exists()
+                self._pending_deletes.clear()
+            for segment in self.segments.values():
+                segment.close()
+            for path in self._scratch_dirs:
+                shutil.rmtree(path, ignore_errors=True)
+            self._closed = True
+
+    def _checkpoint_extension_start(self, first: LogSegment) -> None:
+        # The units before the oldest segment are in no log once retention deleted its
+        # predecessors: this file is what a rebuild of its extension index starts from.
+        # A failed write must not stop retention (a full disk is when it matters most):
+        # the segment's own index still holds its start, and close writes again.
+        if self.extension is None:
+            return
+        try:
+            write_extension_start_checkpoint(
+                self.dir / self.extension.start_checkpoint_name,
+                first.base_offset,
+                first.extension_start,
+            )
+        except OSError as exc:
+            logger.warning("%s: extension start not checkpointed: %s", self.dir.name, exc)
+
+    def _check(self) -> None:
+        """Assert every invariant (for tests)."""
+        self.segments._check()
+        assert self.log_start_offset <= self._next_offset
+        assert self.recovery_point <= self._next_offset
+        assert self.active_segment.read_next_offset() == self._next_offset
+        previous_end: int | None = None
+        for segment in self.segments.values():
+            for index in segment.indexes():
+                index._check()
+            if segment.extension is not None:
+                if previous_end is not None:
+                    assert segment.extension_start == previous_end, (segment, previous_end)
+                previous_end = segment.extension_end
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.dir.name}, start={self.log_start_offset}, end={self._next_offset},"
+            f" segments={len(self.segments)})"
+        )

@@ -1,0 +1,650 @@
+"""The log directory: its topics, their partition logs, checkpoints and the writer lock.
+
+``LogManager`` is Kafka's ``LogManager`` for a single ``log.dirs`` entry plus the
+topic administration Kafka's controller does (create, describe, alter, delete).
+
+Lifecycle of a writable manager (``LogManager.open``):
+
+1. take the writer lock (one writer process per log directory);
+2. read the topic metadata, the recovery-point and log-start-offset checkpoints and
+   whether ``.kafka_cleanshutdown`` exists;
+3. load every partition (recovering each after an unclean shutdown);
+4. remove the clean-shutdown marker: from now on a crash must be noticed.
+
+``close()`` flushes every log, writes both checkpoints, then the marker, then releases
+the lock. A read-only manager takes no lock and changes nothing; ``refresh()`` follows
+the writer.
+
+Thread-safety: topic administration and the maintenance methods take the manager's
+lock; each ``Log`` serialises its own appends.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import TracebackType
+
+from ..atomic_file import fsync_directory, write_atomically
+from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import (
+    ConfigError,
+    InvalidTopicError,
+    ReadOnlyLogError,
+    StorageError,
+    TopicExistsError,
+    TopicNotEmptyError,
+    UnknownTopicError,
+)
+from .checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from .extension_index import ExtensionIndexSpec
+from .file_names import (
+    CLEAN_SHUTDOWN_FILE,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    SEGLOG_TOPICS_FILE,
+    parse_topic_partition_name,
+    topic_partition_dir_name,
+)
+from .lock_file import LogDirLock
+from .log import Log
+from .log_config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig
+from .topic import (
+    TopicMetadata,
+    collision_key,
+    read_topics_file,
+    validate_topic_name,
+    write_topics_file,
+)
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+ExtensionFactory = Callable[[TopicMetadata], ExtensionIndexSpec | None]
+"""Chooses each topic's extension index (or none), e.g. from its format."""
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    """What ``getfattr`` and ``describe`` show of one partition."""
+
+    topic: str
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    segment_count: int
+    size: int
+    first_timestamp: int
+    last_timestamp: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    metadata: TopicMetadata
+    config: LogConfig
+    partitions: tuple[PartitionDescription, ...]
+
+
+class LogManager:
+    """All topic-partition logs of one log directory. Use ``LogManager.open``."""
+
+    def __init__(
+        self,
+        log_dir: Path,
+        broker_config: BrokerConfig,
+        *,
+        clock: Clock,
+        read_only: bool,
+        extension: ExtensionFactory | None = None,
+    ) -> None:
+        self.log_dir = log_dir
+        self.extension = extension
+        self.broker_config = broker_config
+        self.clock = clock
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        self._dir_lock = LogDirLock(log_dir)
+        self._topics: dict[str, TopicMetadata] = {}
+        self._logs: dict[TopicPartition, Log] = {}
+        # The (device, inode) of each partition directory a read-only log was opened on.
+        self._dir_ids: dict[TopicPartition, tuple[int, int] | None] = {}
+        # Read-only: partitions found on disk, opened on first use (``log``, ``logs``).
+        self._unopened: set[TopicPartition] = set()
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        log_dir: Path | str,
+        broker_config: BrokerConfig | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        read_only: bool = False,
+        extension: ExtensionFactory | None = None,
+    ) -> LogManager:
+        """Open the log directory (creating it when writable) and load every log.
+
+        Read-only, the topics are read now and each partition's log is opened on first
+        use (``log``, ``logs``): a reader of one topic maps that topic's segments only
+        (each holds descriptors and mappings), and an error opening a log is raised by
+        the call that uses it.
+
+        ``extension`` gives each topic's extension index spec (see ``ExtensionIndexSpec``);
+        the engine then keeps that index for every segment of the topic's partitions.
+
+        Raises:
+            LogDirLockedError: another process writes this log directory.
+            StorageError: a read-only open of a missing directory, or unreadable
+                metadata.
+            ConfigError: a topic's stored overrides are invalid.
+        """
+        path = Path(log_dir)
+        if broker_config is None:
+            broker_config = BrokerConfig(log_dirs=(str(path),))
+        if read_only:
+            if not path.is_dir():
+                raise StorageError(f"log directory {path} does not exist")
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+        manager = cls(path, broker_config, clock=clock, read_only=read_only, extension=extension)
+        if not read_only:
+            manager._dir_lock.acquire()
+        try:
+            manager._load()
+        except BaseException:
+            manager._close_logs()
+            manager._dir_lock.release()
+            raise
+        return manager
+
+    def _load(self) -> None:
+        marker = self.log_dir / CLEAN_SHUTDOWN_FILE
+        had_clean_shutdown = marker.exists()
+        recovery_points = read_offset_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = read_offset_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
+        self._topics = read_topics_file(self.log_dir / SEGLOG_TOPICS_FILE)
+        found = self._partition_dirs()
+        for topic, partitions in found.items():
+            if topic not in self._topics:
+                # A topic Kafka (or an older copy) made: defaults, count from the dirs.
+                self._topics[topic] = TopicMetadata(topic, max(partitions) + 1)
+        for metadata in self._topics.values():
+            config = self.topic_config(metadata.name)
+            for partition in range(metadata.partitions):
+                tp = (metadata.name, partition)
+                directory = self.log_dir / topic_partition_dir_name(*tp)
+                if self.read_only:
+                    if directory.is_dir():
+                        self._unopened.add(tp)
+                    continue
+                self._logs[tp] = Log.open(
+                    directory,
+                    config,
+                    log_start_offset=start_offsets.get(tp, 0),
+                    recovery_point=recovery_points.get(tp, 0),
+                    had_clean_shutdown=had_clean_shutdown,
+                    clock=self.clock,
+                    writable=True,
+                    extension=self._extension_for(metadata),
+                )
+                self._dir_ids[tp] = _directory_identity(directory)
+        if not self.read_only:
+            self._remove_deleted_topic_dirs()
+            self.checkpoint()
+            # Crash safety: the marker goes only after the checkpoints reflect the
+            # recovered logs; from here on a crash must trigger recovery next time.
+            if had_clean_shutdown:
+                marker.unlink()
+                fsync_directory(self.log_dir)
+
+    def _open_unopened(self, tps: Iterable[TopicPartition]) -> None:
+        """Open read-only logs found earlier (the caller holds ``self._lock``).
+
+        The checkpoints and the clean-shutdown marker are read now, as an open of the
+        whole directory at this moment would read them. A partition whose directory is
+        gone meanwhile stays closed (``log`` then reports it unknown).
+
+        Raises:
+            StorageError: a log cannot be opened (it stays unopened: a later call
+                tries again).
+        """
+        had_clean_shutdown = (self.log_dir / CLEAN_SHUTDOWN_FILE).exists()
+        recovery_points = read_offset_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = read_offset_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
+        for tp in tps:
+            directory = self.log_dir / topic_partition_dir_name(*tp)
+            identity = _directory_identity(directory)
+            if identity is None:
+                self._unopened.discard(tp)
+                continue
+            try:
+                log = Log.open(
+                    directory,
+                    self.topic_config(tp[0]),
+                    log_start_offset=start_offsets.get(tp, 0),
+                    recovery_point=recovery_points.get(tp, 0),
+                    had_clean_shutdown=had_clean_shutdown,
+                    clock=self.clock,
+                    writable=False,
+                    extension=self._extension_for(self._topics[tp[0]]),
+                )
+            except FileNotFoundError:
+                self._unopened.discard(tp)  # the topic was deleted while we looked
+                continue
+            self._unopened.discard(tp)
+            self._logs[tp] = log
+            self._dir_ids[tp] = identity
+
+    def _extension_for(self, metadata: TopicMetadata) -> ExtensionIndexSpec | None:
+        return None if self.extension is None else self.extension(metadata)
+
+    def _partition_dirs(self) -> dict[str, set[int]]:
+        found: dict[str, set[int]] = {}
+        for name in os.listdir(self.log_dir):
+            parsed = parse_topic_partition_name(name)
+            if parsed is None or not (self.log_dir / name).is_dir():
+                continue
+            try:
+                validate_topic_name(parsed[0])
+            except InvalidTopicError:
+                logger.warning("ignoring directory %s: not a topic-partition", name)
+                continue
+            found.setdefault(parsed[0], set()).add(parsed[1])
+        return found
+
+    def _remove_deleted_topic_dirs(self) -> None:
+        for name in os.listdir(self.log_dir):
+            if name.endswith("-delete") and (self.log_dir / name).is_dir():
+                shutil.rmtree(self.log_dir / name, ignore_errors=True)
+
+    # -- topics ----------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        """Topic names, sorted."""
+        return sorted(self._topics)
+
+    def topic(self, name: str) -> TopicMetadata:
+        """Raises: UnknownTopicError."""
+        try:
+            return self._topics[name]
+        except KeyError:
+            raise UnknownTopicError(name) from None
+
+    def topic_config(self, name: str) -> LogConfig:
+        """The effective config of a topic: broker defaults + its overrides."""
+        return self.broker_config.topic_log_config(self.topic(name).overrides)
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int | None = None,
+        config: Mapping[str, str] | None = None,
+        *,
+        format: str = "lines",
+        key_separator: str | None = None,
+    ) -> TopicMetadata:
+        """Create a topic with ``partitions`` (default ``num.partitions``) partitions.
+
+        The metadata file is written first: it is the commit point. A crash before it
+        leaves nothing; after it, missing partition directories are created on the
+        next open.
+
+        Raises:
+            InvalidTopicError: the name breaks Kafka's rules or collides ('.' vs '_').
+            TopicExistsError: the topic exists.
+            ConfigError: a bad override, partition count, format or separator.
+            ReadOnlyLogError: the manager is read-only.
+        """
+        with self._lock:
+            self._check_writable()
+            if partitions is None:
+                partitions = self.broker_config.num_partitions
+            metadata = TopicMetadata(name, partitions, format, key_separator, dict(config or {}))
+            if name in self._topics:
+                raise TopicExistsError(name)
+            for existing in self._topics:
+                if collision_key(existing) == collision_key(name):
+                    raise InvalidTopicError(name, f"collides with existing topic {existing!r}")
+            log_config = self.broker_config.topic_log_config(metadata.overrides)
+            self._topics[name] = metadata
+            try:
+                self._write_topics()
+            except BaseException:
+                del self._topics[name]
+                raise
+            for partition in range(partitions):
+                self._logs[(name, partition)] = Log.open(
+                    self.log_dir / topic_partition_dir_name(name, partition),
+                    log_config,
+                    clock=self.clock,
+                    extension=self._extension_for(metadata),
+                )
+            fsync_directory(self.log_dir)
+            logger.info("created topic %s with %d partition(s)", name, partitions)
+            return metadata
+
+    def alter_topic_config(
+        self,
+        name: str,
+        set_configs: Mapping[str, str] | None = None,
+        delete_configs: Iterable[str] = (),
+    ) -> LogConfig:
+        """Set and/or remove topic-level overrides; the new config applies at once.
+
+        Raises:
+            UnknownTopicError: no such topic.
+            ConfigError: an unknown key or a bad value (nothing is changed).
+            ReadOnlyLogError: the manager is read-only.
+        """
+        with self._lock:
+            self._check_writable()
+            metadata = self.topic(name)
+            overrides = dict(metadata.overrides)
+            for key in delete_configs:
+                if key not in TOPIC_CONFIG_NAMES:
+                    raise ConfigError(key, None, "unknown topic configuration")
+                overrides.pop(key, None)
+            overrides.update(set_configs or {})
+            config = self.broker_config.topic_log_config(overrides)
+            self._topics[name] = metadata.with_overrides(overrides)
+            self._write_topics()
+            for partition in range(metadata.partitions):
+                log = self._logs.get((name, partition))
+                if log is not None:
+                    log.config = config
+            return config
+
+    def set_topic_rendering(
+        self, name: str, format: str, key_separator: str | None
+    ) -> TopicMetadata:
+        """Set how a topic's records render (``format``, ``key.separator``) while no
+        record was ever appended to it; positions in its partition files depend on it,
+        so it is fixed from the first record on.
+
+        The metadata file is the commit point; the (empty) partition logs are then
+        reopened so that their extension index follows the new rendering.
+
+        Raises:
+            UnknownTopicError: no such topic.
+            TopicNotEmptyError: a partition already holds (or held) a record.
+            ConfigError: an unknown format, or a separator the format does not take.
+            ReadOnlyLogError: the manager is read-only.
+        """
+        with self._lock:
+            self._check_writable()
+            metadata = self.topic(name)
+            if (format, key_separator) == (metadata.format, metadata.key_separator):
+                return metadata
+            logs = [self._logs[(name, p)] for p in range(metadata.partitions)]
+            if any(log.log_end_offset > 0 for log in logs):
+                raise TopicNotEmptyError(name, "format")
+            changed = replace(metadata, format=format, key_separator=key_separator)
+            self._topics[name] = changed
+            try:
+                self._write_topics()
+            except BaseException:
+                self._topics[name] = metadata
+                raise
+            config = self.topic_config(name)
+            for partition, log in enumerate(logs):
+                log.close()
+                self._logs[(name, partition)] = Log.open(
+                    log.dir, config, clock=self.clock, extension=self._extension_for(changed)
+                )
+            logger.info("topic %s: format %s, key separator %r", name, format, key_separator)
+            return changed
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and all its data.
+
+        The metadata entry goes first (the commit point), then each partition
+        directory is renamed to Kafka's ``<dir>.<uuid>-delete`` form and removed; a
+        crash in between leaves ``-delete`` directories the next open removes.
+
+        Raises:
+            UnknownTopicError: no such topic.
+            ReadOnlyLogError: the manager is read-only.
+        """
+        with self._lock:
+            self._check_writable()
+            metadata = self.topic(name)
+            del self._topics[name]
+            self._write_topics()
+            for partition in range(metadata.partitions):
+                log = self._logs.pop((name, partition), None)
+                if log is not None:
+                    log.close()
+                directory = self.log_dir / topic_partition_dir_name(name, partition)
+                if directory.exists():
+                    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
+                    os.rename(directory, doomed)
+                    shutil.rmtree(doomed, ignore_errors=True)
+            fsync_directory(self.log_dir)
+            logger.info("deleted topic %s", name)
+
+    def log(self, topic: str, partition: int) -> Log:
+        """The log of one partition.
+
+        Cost: a dictionary lookup; read-only, the first call for a partition opens its
+        log (its segments' files and indexes: O(segments)).
+
+        Raises:
+            UnknownTopicError: no such topic or partition.
+            StorageError: read-only, the log cannot be opened.
+        """
+        tp = (topic, partition)
+        log = self._logs.get(tp)  # no lock: a writer's every log is open already
+        if log is None and tp in self._unopened:
+            with self._lock:
+                if tp in self._unopened:
+                    self._open_unopened([tp])
+                log = self._logs.get(tp)
+        if log is not None:
+            return log
+        if topic in self._topics:
+            raise UnknownTopicError(topic, partition)
+        raise UnknownTopicError(topic)
+
+    def logs(self) -> list[Log]:
+        """Every log, sorted by topic and partition (a snapshot); read-only, this opens
+        the ones not used yet."""
+        with self._lock:
+            if self._unopened:
+                self._open_unopened(sorted(self._unopened))
+            return [self._logs[tp] for tp in sorted(self._logs)]
+
+    def describe_partition(self, topic: str, partition: int) -> PartitionDescription:
+        log = self.log(topic, partition)
+        return PartitionDescription(
+            topic=topic,
+            partition=partition,
+            log_start_offset=log.log_start_offset,
+            log_end_offset=log.log_end_offset,
+            segment_count=log.number_of_segments,
+            size=log.size,
+            first_timestamp=log.first_timestamp(),
+            last_timestamp=log.last_timestamp(),
+        )
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        metadata = self.topic(name)
+        partitions = tuple(
+            self.describe_partition(name, p)
+            for p in range(metadata.partitions)
+            if (name, p) in self._logs or (name, p) in self._unopened
+        )
+        return TopicDescription(metadata, self.topic_config(name), partitions)
+
+    # -- maintenance (the daemon schedules these) ------------------------------------
+
+    # Every method here is safe beside appends and reads in other threads: each log
+    # takes its own lock, and a log closed meanwhile (its topic deleted) is skipped.
+    # The owner asks ``next_maintenance_due_ms`` when to call them and sleeps until then.
+    # Blocking: rolls fsync the sealed segment; flushes fsync; retention renames and
+    # unlinks files. Run them off any event loop.
+
+    def run_retention(self) -> int:
+        """Apply retention to every log, then checkpoint log start offsets.
+
+        Returns the number of segments deleted.
+        """
+        self._check_writable()
+        deleted = sum(log.delete_old_segments() for log in self.logs())
+        if deleted:
+            self.checkpoint_log_start_offsets()
+        return deleted
+
+    def roll_due_segments(self) -> int:
+        """Roll every active segment older than its ``segment.ms``; return how many."""
+        self._check_writable()
+        return sum(1 for log in self.logs() if log.roll_if_due())
+
+    def delete_expired_files(self) -> int:
+        """Unlink the ``.deleted`` files whose ``file.delete.delay.ms`` has passed."""
+        return sum(log.delete_expired_files() for log in self.logs())
+
+    def flush_dirty_logs(self) -> None:
+        """fsync every log with unflushed data, then checkpoint the recovery points."""
+        self._check_writable()
+        for log in self.logs():
+            log.flush()
+        self.checkpoint_recovery_points()
+
+    def flush_due_logs(self) -> int:
+        """fsync the logs whose ``flush.ms`` has passed since their last flush; when
+        any was, checkpoint the recovery points. Returns how many were flushed."""
+        self._check_writable()
+        now = self.clock.milliseconds()
+        flushed = 0
+        for log in self.logs():
+            due = log.next_flush_due_ms()
+            if due is not None and due <= now:
+                log.flush()
+                flushed += 1
+        if flushed:
+            self.checkpoint_recovery_points()
+        return flushed
+
+    def next_maintenance_due_ms(self) -> int:
+        """The earliest time any maintenance is due: a roll by ``segment.ms``, a
+        retention check (at the latest every ``log.retention.check.interval.ms``, as
+        Kafka; sooner when a segment's ``retention.ms`` runs out), a delayed file
+        deletion, a flush by ``flush.ms``.
+
+        Cost: O(partitions); each log reads cached facts.
+        """
+        now = self.clock.milliseconds()
+        due = now + self.broker_config.log_retention_check_interval_ms
+        for log in self.logs():
+            for when in (
+                log.next_roll_due_ms(),
+                log.next_retention_due_ms(),
+                log.next_file_deletion_due_ms(),
+                log.next_flush_due_ms(),
+            ):
+                if when is not None:
+                    due = min(due, when)
+        return max(due, now)
+
+    def checkpoint(self) -> None:
+        """Write both checkpoint files."""
+        self.checkpoint_recovery_points()
+        self.checkpoint_log_start_offsets()
+
+    def checkpoint_recovery_points(self) -> None:
+        with self._lock:
+            offsets = {(log.topic, log.partition): log.recovery_point for log in self.logs()}
+            write_offset_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT, offsets)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        with self._lock:
+            offsets = {(log.topic, log.partition): log.log_start_offset for log in self.logs()}
+            write_offset_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT, offsets)
+
+    def refresh(self) -> None:
+        """Read-only managers: follow the writer (new, deleted and re-created topics,
+        new partitions, new data).
+
+        A partition directory that is gone, or is another directory than the one its
+        log was opened on (the topic was deleted and created again), closes that log;
+        a new one is opened on what is there now, on first use.
+        """
+        with self._lock:
+            topics = read_topics_file(self.log_dir / SEGLOG_TOPICS_FILE)
+            found = self._partition_dirs()
+            for topic, partitions in found.items():
+                if topic not in topics:
+                    # A topic Kafka (or an older copy) made: defaults, count from the dirs.
+                    topics[topic] = TopicMetadata(topic, max(partitions) + 1)
+            for tp, log in list(self._logs.items()):
+                directory = self.log_dir / topic_partition_dir_name(*tp)
+                identity = _directory_identity(directory)
+                if identity is None or identity != self._dir_ids.get(tp):
+                    log.close()
+                    del self._logs[tp]
+                    self._dir_ids.pop(tp, None)
+            self._topics = topics
+            # New partitions (and those re-created) are opened on first use, like the
+            # ones found at open; partitions gone since are forgotten.
+            on_disk = {(topic, p) for topic, partitions in found.items() for p in partitions}
+            self._unopened = on_disk - self._logs.keys()
+            for log in self._logs.values():
+                log.refresh()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyLogError(f"log directory {self.log_dir} is open read-only")
+        if self._closed:
+            raise ReadOnlyLogError(f"log directory {self.log_dir} is closed")
+
+    def _write_topics(self) -> None:
+        write_topics_file(self.log_dir / SEGLOG_TOPICS_FILE, self._topics)
+
+    def _close_logs(self) -> None:
+        for log in self._logs.values():
+            log.close()
+
+    def close(self) -> None:
+        """Flush and close every log, checkpoint, mark the shutdown clean, unlock."""
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                self._close_logs()
+                if not self.read_only:
+                    self.checkpoint()
+                    # Crash safety: the marker is written last, after every byte and
+                    # checkpoint is durable; its presence promises exactly that.
+                    write_atomically(self.log_dir / CLEAN_SHUTDOWN_FILE, b"")
+            finally:
+                self._closed = True
+                self._dir_lock.release()
+
+    def __enter__(self) -> LogManager:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _directory_identity(directory: Path) -> tuple[int, int] | None:
+    """(device, inode) of a directory, None when it does not exist."""
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino

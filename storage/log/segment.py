@@ -1,0 +1,724 @@
+"""One segment: a ``.log`` file and its ``.index`` / ``.timeindex`` (Kafka's ``LogSegment``).
+
+The segment appends batches, keeps the sparse indexes in step (an offset-index entry
+whenever more than ``index.interval.bytes`` were appended since the last one, keyed by
+the batch's last offset and pointing at the batch's start; a time-index entry for each
+new maximum timestamp at those points), translates an offset to a file position, and
+recovers itself by re-validating every batch.
+
+Crash safety: log bytes are written before the index entries that point at them, and
+indexes are never trusted over the log: a missing or corrupt index is rebuilt by
+``recover()``.
+
+An optional extension index (``ExtensionIndexSpec``) is kept in step with the other two:
+created with the segment, fed on append, truncated, trimmed, renamed and deleted with
+it, rebuilt by ``recover``.
+
+Thread-safety: not thread-safe for mutation; the owning ``Log`` serialises appends,
+truncation, roll and close. Reads (``batches_from``, ``translate_offset``, the
+timestamp and extension lookups) may run in any number of threads concurrently with
+an append, a roll or a deletion: lazily loaded facts are computed under the segment's
+own lock, so a reader never overwrites what the writer knows with an older view, and
+a segment closed under a reader makes its reads raise ``SegmentDeletedError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from itertools import dropwhile
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+from ..errors import CorruptIndexError, CorruptRecordError, SegmentDeletedError, StorageError
+from ..record.file_records import FileRecords, OffsetPosition, TimestampAndOffset
+from ..record.record_batch import RecordBatch
+from .extension_index import ExtensionIndex, ExtensionIndexSpec
+from .file_names import (
+    extension_index_file,
+    log_file,
+    offset_index_file,
+    time_index_file,
+)
+from .log_config import LogConfig
+from .offset_index import OffsetIndex
+from .time_index import TimeIndex
+
+logger = logging.getLogger(__name__)
+
+
+def _from_offset(offset: int, batches: Iterator[RecordBatch]) -> Iterator[RecordBatch]:
+    return dropwhile(lambda batch: batch.last_offset < offset, batches)
+
+
+class AppendedBatch(NamedTuple):
+    """What the segment needs to know of each batch it appends.
+
+    ``units`` is the batch's size in the extension index's units (0 without one).
+    """
+
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    size: int
+    units: int = 0
+
+
+class _SegmentFile(Protocol):
+    @property
+    def path(self) -> Path: ...
+
+    def rename_to(self, path: Path) -> None: ...
+
+
+class LogSegment:
+    """A segment of a partition log, named by its ``base_offset``.
+
+    Args:
+        log: the ``.log`` file.
+        offset_index, time_index: its indexes (rebuildable).
+        base_offset: the first offset the segment may hold.
+        index_interval_bytes: bytes between offset-index entries.
+        rolling_jitter_ms: subtracted from ``segment.ms`` for this segment.
+        created_ms: when the segment was created (for time-based roll of segments
+            whose records carry no timestamp).
+    """
+
+    def __init__(
+        self,
+        log: FileRecords,
+        offset_index: OffsetIndex,
+        time_index: TimeIndex,
+        base_offset: int,
+        index_interval_bytes: int,
+        rolling_jitter_ms: int,
+        created_ms: int,
+        extension: ExtensionIndex | None = None,
+        extension_spec: ExtensionIndexSpec | None = None,
+    ) -> None:
+        self.log = log
+        self.offset_index = offset_index
+        self.time_index = time_index
+        self.extension = extension
+        self.extension_spec = extension_spec
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.rolling_jitter_ms = rolling_jitter_ms
+        self.created_ms = created_ms
+        self._bytes_since_last_index_entry = 0
+        # Serialises the lazy loads below between reader threads and the writer.
+        self._lazy_lock = threading.Lock()
+        # (max timestamp, shallow offset of it) over the segment; loaded lazily since
+        # it costs a scan past the last time-index entry.
+        self._max_timestamp_and_offset: TimestampAndOffset | None = None
+        self._rolling_based_timestamp: int | None = None
+        self._rolling_based_loaded = False
+        # Extension units: at the segment start (entry 0, or what the log says when
+        # the index has no entry 0), at its end, and appended since the last entry.
+        self.extension_start = 0
+        self.extension_end = 0
+        self._units_since_last_extension_entry = 0
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        created_ms: int,
+        *,
+        writable: bool = True,
+        file_suffix: str = "",
+        rolling_jitter_ms: int = 0,
+        extension_spec: ExtensionIndexSpec | None = None,
+    ) -> LogSegment:
+        """Open (creating if missing, when writable) the segment at ``base_offset``.
+
+        The extension index, when ``extension_spec`` is given, is opened too; its
+        start and end units are the caller's to settle (``start_extension``,
+        ``load_extension_end``, or ``recover``).
+        """
+        log = FileRecords(log_file(directory, base_offset, file_suffix), writable=writable)
+        opened: list[OffsetIndex | TimeIndex | ExtensionIndex] = []
+        try:
+            offset_index = OffsetIndex(
+                offset_index_file(directory, base_offset, file_suffix),
+                base_offset,
+                config.segment_index_bytes,
+                writable=writable,
+            )
+            opened.append(offset_index)
+            time_index = TimeIndex(
+                time_index_file(directory, base_offset, file_suffix),
+                base_offset,
+                config.segment_index_bytes,
+                writable=writable,
+            )
+            opened.append(time_index)
+            extension = None
+            if extension_spec is not None:
+                extension = ExtensionIndex(
+                    extension_index_file(
+                        directory, base_offset, extension_spec.suffix, file_suffix
+                    ),
+                    base_offset,
+                    config.segment_index_bytes,
+                    writable=writable,
+                )
+        except BaseException:
+            for index in opened:
+                index.close_handler()
+            log.close()
+            raise
+        if not writable:
+            # The order is important: a reader's log size is taken after its indexes
+            # counted their entries. The writer (maybe another process, appending
+            # meanwhile) writes a batch's log bytes before its index entries, and a
+            # read-only index counts its valid prefix with ``pread`` of the shared page
+            # cache, where the writer's mmap stores land: every entry counted names bytes
+            # the log file already held, so this fstat sees them. A size taken at the
+            # log's open could end before a batch an entry names, and the indexes would
+            # look corrupt (``indexes_plausible``) for no reason.
+            log.refresh_size()
+        return cls(
+            log,
+            offset_index,
+            time_index,
+            base_offset,
+            config.index_interval_bytes,
+            rolling_jitter_ms,
+            created_ms,
+            extension,
+            extension_spec,
+        )
+
+    # -- facts -----------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        """Bytes of the ``.log`` file."""
+        return self.log.size
+
+    @property
+    def path(self) -> Path:
+        return self.log.path
+
+    def max_timestamp_and_offset(self) -> TimestampAndOffset:
+        """The largest batch timestamp in the segment and the last offset of its batch.
+
+        Cost: the first call scans the batches after the last time-index entry.
+        """
+        known = self._max_timestamp_and_offset
+        if known is not None:
+            return known
+        with self._lazy_lock:
+            if self._max_timestamp_and_offset is None:
+                last_ts, last_offset = self.time_index.last_entry
+                best = TimestampAndOffset(last_ts, last_offset)
+                start = self._offset_lookup(last_offset)[1] if last_ts >= 0 else 0
+                tail = self.log.largest_timestamp_after(start)
+                if tail.timestamp > best.timestamp:
+                    best = tail
+                self._max_timestamp_and_offset = best
+            return self._max_timestamp_and_offset
+
+    def forget_max_timestamp(self) -> None:
+        """Drop the cached max timestamp (a reader whose writer appended more)."""
+        with self._lazy_lock:
+            self._max_timestamp_and_offset = None
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.max_timestamp_and_offset().timestamp
+
+    def largest_timestamp(self) -> int:
+        """What time retention measures: the max record timestamp, else the file mtime."""
+        ts = self.max_timestamp
+        if ts >= 0:
+            return ts
+        return self.last_modified_ms()
+
+    def last_modified_ms(self) -> int:
+        try:
+            return os.stat(self.log.path).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return self.created_ms
+
+    def first_batch_timestamp(self) -> int | None:
+        """Max timestamp of the first batch: what ``segment.ms`` is measured from."""
+        if not self._rolling_based_loaded:
+            with self._lazy_lock:
+                if not self._rolling_based_loaded:
+                    for batch in self.log.batches(0):
+                        self._rolling_based_timestamp = batch.max_timestamp
+                        self._rolling_based_loaded = True
+                        break
+        return self._rolling_based_timestamp
+
+    # -- appending -------------------------------------------------------------------
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return self.offset_index.can_append_offset(offset)
+
+    def append(self, data: bytes, batches: Sequence[AppendedBatch]) -> int:
+        """Append ``data``: the batches described by ``batches``, back to back.
+
+        Returns the position of the first batch. One ``write`` for all of them, so a
+        failed append leaves nothing behind. Log bytes are written before index entries:
+        an index entry must never point past the end of the log (a crash between the
+        two leaves an index that merely lacks its newest entry, which lookups tolerate).
+
+        Raises:
+            OSError: the write failed; the segment is unchanged.
+        """
+        # Loaded before the write: a lazy load afterwards would scan the new batches
+        # too and index early batches with a later batch's max timestamp.
+        current = self.max_timestamp_and_offset()
+        self.first_batch_timestamp()
+        position = self.log.append(data)
+        batch_position = position
+        for base_offset, last_offset, max_timestamp, size, units in batches:
+            if max_timestamp > current.timestamp:
+                current = TimestampAndOffset(max_timestamp, last_offset)
+            if batch_position == 0:
+                self._rolling_based_timestamp = max_timestamp
+                self._rolling_based_loaded = True
+            self._max_timestamp_and_offset = current
+            self._maybe_index(last_offset, batch_position, size)
+            self._maybe_index_extension(base_offset, units)
+            batch_position += size
+        return position
+
+    def _maybe_index(self, last_offset: int, position: int, size: int) -> None:
+        # Checked before counting this batch: the first batch of a segment is never
+        # indexed, exactly as Kafka does, so index files are byte-identical to Kafka's.
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(last_offset, position)
+            max_ts = self.max_timestamp_and_offset()
+            self.time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += size
+
+    def _maybe_index_extension(self, base_offset: int, units: int) -> None:
+        # An entry marks a batch start once more than ``interval`` units passed since
+        # the previous one; entry 0 (the segment start) is written when the segment is
+        # created. The end moves after the entry: the entry names the batch's start.
+        extension, spec = self.extension, self.extension_spec
+        if extension is None or spec is None:
+            return
+        if self._units_since_last_extension_entry > spec.interval and not extension.is_full:
+            extension.append(base_offset, self.extension_end)
+            self._units_since_last_extension_entry = 0
+        self._units_since_last_extension_entry += units
+        self.extension_end += units
+
+    # -- extension index -----------------------------------------------------------
+
+    def start_extension(self, start_units: int) -> None:
+        """Settle a new segment's start units and write its entry 0 (writable only)."""
+        if self.extension is None:
+            return
+        self.extension_start = self.extension_end = start_units
+        self._units_since_last_extension_entry = 0
+        self.write_extension_entry0()
+
+    def write_extension_entry0(self) -> None:
+        """Write entry 0 (base offset, start units) if the index lacks it (writable)."""
+        extension = self.extension
+        if extension is not None and extension.entries == 0 and extension.writable:
+            extension.append(self.base_offset, self.extension_start)
+
+    def load_extension(self, expected_start: int | None) -> bool:
+        """Derive the start and end units from the index and the log tail.
+
+        ``expected_start`` is the previous segment's end units (None for the oldest
+        segment). Returns False when the index disagrees with it or with the log (the
+        caller rebuilds it with ``rebuild_extension``).
+
+        Cost: O(log n), then ``measure`` of the batches after the last entry.
+        """
+        extension, spec = self.extension, self.extension_spec
+        if extension is None or spec is None:
+            return True
+        first = extension.first_units
+        if first < 0:
+            # No entry 0: a new segment, or one starting at 0 (its entry reads as none).
+            start = 0 if expected_start is None else expected_start
+            if self.size > 0 and start != 0:
+                return False
+        else:
+            start = first
+            if expected_start is not None and first != expected_start:
+                return False
+        last_offset, last_units = extension.last_entry
+        if last_units < 0:
+            last_offset, last_units = self.base_offset, start
+        units = 0
+        try:
+            batches = self.batches_from(last_offset)
+            for i, batch in enumerate(batches):
+                if i == 0 and last_offset != self.base_offset and batch.base_offset != last_offset:
+                    return False  # the last entry does not name a batch start
+                units += spec.measure(batch)
+        except CorruptRecordError:
+            return False
+        self.extension_start = start
+        self.extension_end = last_units + units
+        self._units_since_last_extension_entry = units
+        return True
+
+    def rebuild_extension(self, start_units: int) -> None:
+        """Rebuild the extension index from the log, starting at ``start_units``.
+
+        Cost: ``measure`` of every batch of the segment.
+        """
+        extension, spec = self.extension, self.extension_spec
+        if extension is None or spec is None:
+            return
+        extension.reset()
+        self.start_extension(start_units)
+        for batch in self.log.batches(0):
+            self._maybe_index_extension(batch.base_offset, spec.measure(batch))
+        extension.trim_to_valid_size()
+
+    def extension_floor_by_units(self, units: int) -> tuple[int, int]:
+        """(batch start offset, units before it) of the last entry at or below ``units``;
+        the segment start when there is none. Cost: O(log n)."""
+        return self._extension_floor(ExtensionIndex.floor_by_units, units)
+
+    def extension_floor_by_offset(self, offset: int) -> tuple[int, int]:
+        """(batch start offset, units before it) of the last entry at or below ``offset``;
+        the segment start when there is none. Cost: O(log n)."""
+        return self._extension_floor(ExtensionIndex.floor_by_offset, offset)
+
+    def _extension_floor(
+        self, lookup: Callable[[ExtensionIndex, int], tuple[int, int] | None], key: int
+    ) -> tuple[int, int]:
+        try:
+            found = None if self.extension is None else lookup(self.extension, key)
+        except ValueError:
+            # The index was closed: the segment was deleted (or the log closed).
+            raise SegmentDeletedError(self.path) from None
+        return found if found is not None else (self.base_offset, self.extension_start)
+
+    def indexes(self) -> tuple[OffsetIndex | TimeIndex | ExtensionIndex, ...]:
+        """The segment's index files: offset, time, and the extension index if any."""
+        if self.extension is None:
+            return (self.offset_index, self.time_index)
+        return (self.offset_index, self.time_index, self.extension)
+
+    # -- reading ---------------------------------------------------------------------
+
+    def batches_from(self, offset: int, starting_position: int = 0) -> Iterator[RecordBatch]:
+        """The batches from the one holding ``offset`` (or the first after it) on.
+
+        Cost: O(log n) index lookup, then a scan of about ``index.interval.bytes``
+        before the first batch (of the whole segment when the index entry proves wrong).
+        """
+        indexed_offset, position = self._offset_lookup(offset)
+        if starting_position < position < self.size:
+            return self.log.batches_from_entry(offset, position, indexed_offset, starting_position)
+        return _from_offset(offset, self.log.batches(starting_position))
+
+    def _offset_lookup(self, offset: int) -> tuple[int, int]:
+        try:
+            return self.offset_index.lookup(offset)
+        except ValueError:
+            # The index was closed: the segment was deleted (or the log closed).
+            raise SegmentDeletedError(self.path) from None
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> OffsetPosition | None:
+        """Where the batch holding ``offset`` (or the first after it) starts.
+
+        Cost: as ``batches_from``.
+        """
+        batch = next(self.batches_from(offset, starting_position), None)
+        if batch is None:
+            return None
+        return OffsetPosition(batch.last_offset, batch.position, batch.size)
+
+    def batches(self, start_position: int = 0) -> Iterator[RecordBatch]:
+        return self.log.batches(start_position)
+
+    def read_next_offset(self) -> int:
+        """The offset after the last complete batch (``base_offset`` when empty).
+
+        Cost: O(log n) for the last index entry, then a scan of the tail after it.
+        """
+        _last_offset, position = self._offset_lookup(2**63 - 1)
+        if position >= self.size:
+            # The entry names a batch past the valid data (a reader's view of a crashed
+            # log hides an invalid tail the on-disk index still covers): scan it all.
+            position = 0
+        next_offset = self.base_offset
+        for batch in self.log.batches(position):
+            next_offset = batch.next_offset
+        return next_offset
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int
+    ) -> TimestampAndOffset | None:
+        """The first record with timestamp >= ``timestamp`` and offset >= ``starting_offset``.
+
+        Cost: O(log n) in both indexes, then a scan from the indexed position (from
+        the segment start when the time-index entry proves wrong).
+        """
+        try:
+            indexed_timestamp, offset = self.time_index.lookup(timestamp)
+        except ValueError:
+            raise SegmentDeletedError(self.path) from None
+        if offset != self.base_offset and not self._time_entry_matches(indexed_timestamp, offset):
+            logger.warning(
+                "%s: ignoring wrong time index entry (%d, %d)", self.path, indexed_timestamp, offset
+            )
+            offset = self.base_offset
+        found = self.translate_offset(max(offset, starting_offset))
+        if found is None:
+            return None
+        return self.log.search_for_timestamp(timestamp, found.position, starting_offset)
+
+    def _time_entry_matches(self, timestamp: int, offset: int) -> bool:
+        # A time-index entry (T, O) names the first batch whose max timestamp reached T,
+        # by its last offset O: every earlier record is older than T. Check that the
+        # batch ending at O exists and has that max timestamp before trusting it.
+        batch = next(self.batches_from(offset), None)
+        return (
+            batch is not None and batch.last_offset == offset and batch.max_timestamp == timestamp
+        )
+
+    # -- recovery, truncation, roll ------------------------------------------------
+
+    def sanity_check(self) -> None:
+        """Raise ``CorruptIndexError`` when an index fails Kafka's sanity check."""
+        self.offset_index.sanity_check()
+        self.time_index.sanity_check()
+
+    def indexes_plausible(self) -> bool:
+        """Whether the indexes agree with the log, beyond Kafka's format sanity check.
+
+        Indexes carry no checksum; a cheap cross-check catches garbage that is still
+        well-formed: the last offset entry must name the batch that starts at its
+        position, and the last time entry an offset inside the segment. (An empty
+        index is always plausible: how many entries a segment gets depends on where
+        appends resumed after each reopen, as in Kafka.)
+
+        Cost: one short scan from the last entry's position, one of the log tail.
+        """
+        index = self.offset_index
+        if index.entries == 0:
+            return True
+        offset, position = index.entry(index.entries - 1)
+        if not 0 <= position < self.size:
+            return False
+        try:
+            found = self.log.search_for_offset(offset, position)
+            if found is None or found.position != position or found.offset != offset:
+                return False
+            if self.time_index.entries:
+                _ts, time_offset = self.time_index.last_entry
+                if time_offset >= self.read_next_offset():
+                    return False
+        except CorruptRecordError:
+            return False
+        return True
+
+    def recover(self, *, rebuild_indexes: bool = True, extension_start: int | None = None) -> int:
+        """Re-validate every batch and cut the log after the last valid one.
+
+        Returns the number of bytes cut. A batch is invalid when its header is
+        impossible (size, magic), its CRC does not match, its offsets go backwards or
+        leave the segment's 32-bit relative range, or (legacy formats) it does not
+        decode. A partial batch at the end is cut as well. With ``rebuild_indexes``
+        the indexes are rebuilt from the log on the way and, as Kafka does, the time
+        index ends with the segment's (max timestamp, offset) entry; without it (a
+        reader that found plausible indexes) they are kept, since an entry never points
+        past a valid batch. A read-only segment's "cut" only hides the tail from its
+        readers. The extension index is rebuilt from ``extension_start`` (default: its
+        own entry 0, else 0).
+        """
+        start_units = extension_start
+        if start_units is None:
+            first = self.extension.first_units if self.extension is not None else -1
+            start_units = max(first, 0)
+        if rebuild_indexes:
+            self.offset_index.reset()
+            self.time_index.reset()
+        self._bytes_since_last_index_entry = 0
+        self._max_timestamp_and_offset = TimestampAndOffset(-1, -1)
+        self._rolling_based_timestamp = None
+        self._rolling_based_loaded = True
+        valid_bytes = 0
+        previous_last_offset = self.base_offset - 1
+        try:
+            for batch in self.log.batches(0):
+                if not batch.is_valid():
+                    logger.warning(
+                        "%s: invalid batch (CRC mismatch) at byte %d", self.path, batch.position
+                    )
+                    break
+                last_offset = batch.last_offset
+                if last_offset <= previous_last_offset or not self.can_convert_to_relative_offset(
+                    last_offset
+                ):
+                    logger.warning(
+                        "%s: batch at byte %d has out-of-order offset %d",
+                        self.path,
+                        batch.position,
+                        last_offset,
+                    )
+                    break
+                if batch.magic < 2:
+                    # Legacy entries are whole messages; decode to prove they parse.
+                    batch.records()
+                previous_last_offset = last_offset
+                if self._rolling_based_timestamp is None:
+                    self._rolling_based_timestamp = batch.max_timestamp
+                if batch.max_timestamp > self._max_timestamp_and_offset.timestamp:
+                    self._max_timestamp_and_offset = TimestampAndOffset(
+                        batch.max_timestamp, last_offset
+                    )
+                if rebuild_indexes:
+                    self._maybe_index(last_offset, batch.position, batch.size)
+                valid_bytes = batch.position + batch.size
+        except CorruptRecordError as exc:
+            logger.warning("%s: %s", self.path, exc)
+        truncated = self.log.truncate_to(valid_bytes)
+        if rebuild_indexes:
+            self.offset_index.trim_to_valid_size()
+            self._append_final_time_entry()
+            self.time_index.trim_to_valid_size()
+        if self.extension is not None and self.extension.writable:
+            self.rebuild_extension(start_units)
+        elif self.extension is not None:
+            self.load_extension(extension_start)
+        return truncated
+
+    def _append_final_time_entry(self) -> None:
+        # Kafka appends the segment's (max timestamp, offset) on close, roll and
+        # recovery, even into the slot ``is_full`` keeps in reserve for it.
+        max_ts = self.max_timestamp_and_offset()
+        if max_ts.timestamp >= 0:
+            self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, skip_full_check=True)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose offsets reach ``offset`` or beyond; return bytes removed.
+
+        Truncation is at batch granularity: a batch holding ``offset`` goes entirely
+        (as in Kafka, where truncation points are batch boundaries).
+        """
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        cut = found.position
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        removed = self.log.truncate_to(cut)
+        self._bytes_since_last_index_entry = 0
+        self._max_timestamp_and_offset = None
+        if cut == 0:
+            self._rolling_based_timestamp = None
+            self._rolling_based_loaded = False
+        if self.extension is not None:
+            # Entries name batch starts: those at or past the new end went with the cut.
+            self.extension.truncate_to(self.read_next_offset())
+            self.write_extension_entry0()
+            self.load_extension(None)
+        return removed
+
+    def should_roll(
+        self,
+        messages_size: int,
+        max_timestamp_in_messages: int,
+        max_offset_in_messages: int,
+        now_ms: int,
+        segment_bytes: int,
+        segment_ms: int,
+    ) -> bool:
+        """Kafka's roll predicate, checked before an append of ``messages_size`` bytes.
+
+        Roll when the segment would exceed ``segment.bytes``, is non-empty and older than
+        ``segment.ms`` minus its jitter, has a full index, or cannot express the new
+        offsets relative to its base.
+        """
+        reached_roll_ms = (
+            self.time_waited_for_roll(now_ms, max_timestamp_in_messages)
+            > segment_ms - self.rolling_jitter_ms
+        )
+        return (
+            self.size > segment_bytes - messages_size
+            or (self.size > 0 and reached_roll_ms)
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or (self.extension is not None and self.extension.is_full)
+            or not self.can_convert_to_relative_offset(max_offset_in_messages)
+        )
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """How long this segment has been filling, Kafka-style.
+
+        Measured on record timestamps (new message's minus the first batch's) when the
+        segment's first batch has one, else on the wall clock since creation.
+        """
+        first = self.first_batch_timestamp()
+        if first is not None and first >= 0:
+            return message_timestamp - first
+        return now_ms - self.created_ms
+
+    def on_becoming_inactive(self) -> None:
+        """Seal the segment on roll: final time-index entry, indexes trimmed to size."""
+        self._append_final_time_entry()
+        for index in self.indexes():
+            index.trim_to_valid_size()
+
+    def flush(self) -> None:
+        """fsync the log, then the indexes (log first: indexes are rebuildable)."""
+        self.log.flush()
+        for index in self.indexes():
+            index.flush()
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename all three files, e.g. to ``.deleted`` before asynchronous removal.
+
+        Open descriptors stay valid, so readers in the middle of a read finish it.
+        """
+        parts: tuple[_SegmentFile, ...] = (self.log, *self.indexes())
+        for part in parts:
+            renamed = part.path.with_name(part.path.name.removesuffix(old_suffix) + new_suffix)
+            with contextlib.suppress(FileNotFoundError):
+                part.rename_to(renamed)
+
+    def close(self) -> None:
+        """Close files. A writable segment first gets Kafka's final time-index entry
+        (its max timestamp) and its indexes are trimmed, so closed files equal Kafka's."""
+        try:
+            # Only the owner seals its segment; a reader's writable indexes are scratch
+            # copies (deleted with the log), maybe trimmed to their entries already.
+            if self.log.writable and self.time_index.writable and not self.time_index.closed:
+                try:
+                    self._append_final_time_entry()
+                except (StorageError, OSError) as exc:
+                    # Kafka swallows this too: the index is a hint, rebuilt if wrong.
+                    logger.warning("%s: no final time-index entry: %s", self.path, exc)
+            with contextlib.suppress(CorruptIndexError):
+                for index in self.indexes():
+                    index.close()
+        finally:
+            self.close_handlers()
+
+    def close_handlers(self) -> None:
+        """Release file handles without touching the files (after rename to .deleted)."""
+        for index in self.indexes():
+            index.close_handler()
+        self.log.close()
+
+    def delete_if_exists(self) -> None:
+        self.close_handlers()
+        for path in (self.log.path, *(index.path for index in self.indexes())):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"

@@ -1,0 +1,139 @@
+"""Topic metadata: what Kafka keeps in its controller, kept here in the log directory.
+
+A topic has a partition count, seglogfs' fixed rendering (``format`` and
+``key.separator``, chosen at creation, never changed), and topic-level config
+overrides. All topics live in one JSON file, ``seglog-topics.json``, replaced
+atomically. The file is optional: topics found only as partition directories (a copy
+of a Kafka broker's log directory) get the defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TypeVar
+
+from ..atomic_file import write_atomically
+from ..errors import ConfigError, InvalidTopicError, StorageError
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
+FORMATS = ("lines", "raw")
+_FILE_VERSION = 1
+
+
+def validate_topic_name(name: str) -> None:
+    """Apply Kafka's topic-name rules.
+
+    Raises:
+        InvalidTopicError: empty, ``.`` or ``..``, over 249 characters, or a character
+            outside ``[a-zA-Z0-9._-]``.
+    """
+    if not name:
+        raise InvalidTopicError(name, "the name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(name, "'.' and '..' are not allowed")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(name, f"longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _LEGAL_TOPIC_CHARS.fullmatch(name):
+        raise InvalidTopicError(name, "only ASCII letters, digits, '.', '_' and '-' are allowed")
+
+
+def collision_key(name: str) -> str:
+    """Kafka refuses two topics that differ only by '.' versus '_' (metric names collide)."""
+    return name.replace(".", "_")
+
+
+@dataclass(frozen=True)
+class TopicMetadata:
+    """One topic's fixed facts and its config overrides (topic-level Kafka names)."""
+
+    name: str
+    partitions: int
+    format: str = "lines"
+    key_separator: str | None = None
+    overrides: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_topic_name(self.name)
+        if self.partitions < 1:
+            raise ConfigError("partitions", self.partitions, "must be at least 1")
+        if self.format not in FORMATS:
+            raise ConfigError("format", self.format, f"must be one of {', '.join(FORMATS)}")
+        if self.key_separator is not None:
+            if self.format != "lines":
+                raise ConfigError("key.separator", self.key_separator, "only for format lines")
+            if not self.key_separator or "\n" in self.key_separator:
+                raise ConfigError(
+                    "key.separator", self.key_separator, "must be non-empty, without newline"
+                )
+
+    def with_overrides(self, overrides: Mapping[str, str]) -> TopicMetadata:
+        return replace(self, overrides=dict(overrides))
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "partitions": self.partitions,
+            "format": self.format,
+            "key.separator": self.key_separator,
+            "config": dict(sorted(self.overrides.items())),
+        }
+
+
+def read_topics_file(path: Path) -> dict[str, TopicMetadata]:
+    """All topics recorded in ``path``; an absent file records none.
+
+    Raises:
+        StorageError: the file is not what ``write_topics_file`` writes.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    try:
+        document = json.loads(data.decode("utf-8"))
+        if not isinstance(document, dict) or document.get("version") != _FILE_VERSION:
+            raise ValueError("not a version 1 topic metadata document")
+        topics = {}
+        for name, entry in _typed(document, "topics", dict).items():
+            separator = entry.get("key.separator")
+            if separator is not None and not isinstance(separator, str):
+                raise ValueError(f"topic {name}: key.separator must be a string or null")
+            overrides = _typed(entry, "config", dict, default={})
+            if not all(isinstance(v, str) for v in overrides.values()):
+                raise ValueError(f"topic {name}: config values must be strings")
+            topics[name] = TopicMetadata(
+                name=name,
+                partitions=_typed(entry, "partitions", int),
+                format=_typed(entry, "format", str, default="lines"),
+                key_separator=separator,
+                overrides=overrides,
+            )
+        return topics
+    except (ValueError, TypeError, AttributeError, StorageError) as exc:
+        raise StorageError(f"malformed topic metadata file {path}: {exc}") from exc
+
+
+_T = TypeVar("_T")
+
+
+def _typed(entry: object, key: str, kind: type[_T], default: _T | None = None) -> _T:
+    # JSON's bool is an int to Python, and int(2.5) is 2: check, never convert.
+    if not isinstance(entry, dict):
+        raise ValueError(f"expected an object holding {key!r}")
+    value = entry.get(key, default)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValueError(f"{key!r} must be a {kind.__name__}, not {value!r}")
+    return value
+
+
+def write_topics_file(path: Path, topics: Mapping[str, TopicMetadata]) -> None:
+    """Replace ``path`` atomically with every topic's metadata."""
+    document = {
+        "version": _FILE_VERSION,
+        "topics": {name: topics[name].to_json() for name in sorted(topics)},
+    }
+    write_atomically(path, (json.dumps(document, indent=2) + "\n").encode("utf-8"))
