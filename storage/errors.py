@@ -32,18 +32,31 @@ class StorageError(Exception):
 class CorruptRecordError(StorageError):
     """Bytes at ``position`` of ``path`` are not a valid record batch.
 
-    Raised for a bad CRC, an impossible length or magic, or a record that does not
-    parse. ``path`` is ``None`` for in-memory buffers.
+    Raised for a bad CRC, an impossible length or magic, a batch that runs past the
+    bytes its segment holds (outside the unflushed tail recovery owns), offsets that go
+    backwards, or a record that does not parse. ``path`` is ``None`` for in-memory
+    buffers; ``offset`` is the first offset a read could not serve there (-1 when the
+    error did not come from reading a log).
     """
 
-    def __init__(self, message: str, path: Path | str | None = None, position: int = -1) -> None:
+    def __init__(
+        self,
+        message: str,
+        path: Path | str | None = None,
+        position: int = -1,
+        *,
+        offset: int = -1,
+    ) -> None:
         where = f"{path}" if path is not None else "buffer"
         if position >= 0:
             where += f" at byte {position}"
+        if offset >= 0:
+            where += f", offset {offset}"
         super().__init__(f"corrupt record in {where}: {message}")
         self.reason = message
         self.path = path
         self.position = position
+        self.offset = offset
 
 
 class CorruptIndexError(StorageError):

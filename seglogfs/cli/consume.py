@@ -3,7 +3,10 @@
 Opens the log directory read-only (works beside a daemon that writes it); by default
 writes the same bytes ``cat`` of the partition files gives, or one JSON object per
 record with ``--format json``. Below the log start (retention), a reader continues at
-the oldest retained record, as Kafka's ``auto.offset.reset=earliest``.
+the oldest retained record, as Kafka's ``auto.offset.reset=earliest``. A damaged batch
+stops it as Kafka's consumer stops (``CorruptRecordException``): the records before it
+are written, then one line names the topic, partition, offset and file, and the exit
+code is 1 (``seglogfs delete-records`` moves the log start past the damage).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from datetime import UTC, datetime
 from typing import IO
 
 from storage import (
+    CorruptRecordError,
     Log,
     LogManager,
     OffsetOutOfRangeError,
@@ -94,6 +98,14 @@ def _start_offset(log: Log, spec: tuple[str, int]) -> int:
     return value
 
 
+def _damaged(topic: str, partition: int, exc: CorruptRecordError, offset: int = -1) -> CommandError:
+    """The one line for a damaged batch: topic, partition, offset, file and byte."""
+    where = f"topic {topic} partition {partition}"
+    if exc.offset < 0 and offset >= 0:
+        where += f" offset {offset}"  # the error names it when it knows it
+    return CommandError(f"{where}: {exc}")
+
+
 def _text_or_base64(data: bytes | None) -> object:
     if data is None:
         return None
@@ -126,7 +138,12 @@ class _Consumer:
         self.json_format = json_format
         self.remaining = count
         self.out = out
-        self.positions = {p: _start_offset(manager.log(topic, p), spec) for p in partitions}
+        self.positions: dict[int, int] = {}
+        for p in partitions:
+            try:
+                self.positions[p] = _start_offset(manager.log(topic, p), spec)
+            except CorruptRecordError as exc:  # a lookup by time met it
+                raise _damaged(topic, p, exc) from None
 
     @property
     def done(self) -> bool:
@@ -159,6 +176,11 @@ class _Consumer:
                 # written; pick up the new log start and go on from there.
                 log.refresh()
                 continue
+            except CorruptRecordError as exc:
+                # What came before it is written; the damaged batch never is.
+                self.positions[partition] = position
+                self.out.flush()
+                raise _damaged(self.topic, partition, exc, position) from None
             self.positions[partition] = position
             return written
         raise CommandError(

@@ -40,6 +40,7 @@ from storage import (
 )
 from storage.record.compression import decompress
 from storage.record.legacy_record import legacy_entry_header, legacy_entry_is_valid
+from storage.record.record_batch import HEADER_SIZE_UP_TO_MAGIC, batch_size_at
 
 from .common import CommandError, Parents, Parser, UsageError
 
@@ -90,6 +91,7 @@ class _Problems:
     time_out_of_order: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     time_not_found: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     non_consecutive: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    unframed: list[str] = field(default_factory=list)
     failed: bool = False
 
     def print(self, err: TextIO) -> None:
@@ -116,6 +118,8 @@ class _Problems:
             err.write(f"Non-consecutive offsets in {name}\n")
             for first, second in reversed(pairs):
                 err.write(f"  {first} is followed by {second}\n")
+        for line in self.unframed:
+            err.write(line + "\n")
 
 
 def _java_bool(value: bool) -> str:
@@ -295,9 +299,11 @@ def _dump_log(path: Path, options: DumpOptions, problems: _Problems, out: TextIO
     data = _read(path)
     valid_bytes = 0
     last_offset = -1
+    last_batch_offset = -1
     name = str(path.absolute())
     for batch in iter_batches(data):
         out.write(_batch_line(batch, valid_bytes) + "\n")
+        last_batch_offset = batch.last_offset
         if options.deep_iteration:
             legacy = list(_legacy_messages(batch)) if batch.magic < 2 else None
             for i, record in enumerate(batch.records()):
@@ -312,6 +318,18 @@ def _dump_log(path: Path, options: DumpOptions, problems: _Problems, out: TextIO
     trailing = len(data) - valid_bytes
     if trailing > 0:
         out.write(f"Found {trailing} invalid bytes at the end of {path.name}\n")
+        # Kafka's line says neither where nor why; "at the end" may be the middle of a
+        # sealed segment whose batch length was damaged.
+        if trailing < HEADER_SIZE_UP_TO_MAGIC:
+            why = "fewer bytes than a batch header"
+        else:
+            size, _magic = batch_size_at(data, valid_bytes)
+            why = f"a batch of {size} bytes runs past the end of the file"
+        after = f" (after offset {last_batch_offset})" if last_batch_offset >= 0 else ""
+        problems.unframed.append(
+            f"{path.absolute()}: byte {valid_bytes}{after}: {why}; {trailing} bytes cannot "
+            "be read as batches"
+        )
 
 
 # -- indexes ------------------------------------------------------------------------

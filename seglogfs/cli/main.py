@@ -29,7 +29,7 @@ from storage import ConfigError, InvalidTopicError, StorageError
 
 from .. import __version__, control
 from ..open_files_limit import raise_open_files_limit
-from . import consume, dump, mount, produce, topics, verify
+from . import consume, delete_records, dump, mount, produce, topics, verify
 from .common import EXIT_ERROR, EXIT_USAGE, PROG, CommandError, Parser, UsageError, parents
 from .produce import PartialProduceError
 
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
 
-    for family in (mount, topics, produce, consume, dump, verify):
+    for family in (mount, topics, produce, consume, dump, verify, delete_records):
         family.add_parser(commands, shared)
     return parser
 

@@ -20,7 +20,9 @@ and timestamps need no second format); a timestamp of -1 means "the daemon's now
 
 Ops: ``ping``, ``list_topics``, ``create_topic(name, partitions, config, format,
 key_separator)``, ``alter_topic(name, set, delete)``, ``delete_topic(name)``,
-``describe_topic(name)``, ``produce(topic, partition)``.
+``describe_topic(name)``, ``produce(topic, partition)``, ``delete_records(partitions)``
+(``[{"topic": T, "partition": P, "offset": O}, ...]``, as in the file
+``kafka-delete-records.sh`` reads; the result is ``delete_records``'s).
 
 Pure functions and constants: thread-safe.
 """
@@ -31,6 +33,7 @@ import contextlib
 import json
 import os
 import struct
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,8 @@ from typing import Any
 from storage import (
     DefaultRecordBatch,
     Header,
+    LogManager,
+    OffsetOutOfRangeError,
     StorageError,
     TopicDescription,
     build_record_batch,
@@ -52,11 +57,13 @@ __all__ = [
     "ProduceRecord",
     "check_lengths",
     "decode_records",
+    "delete_records",
     "describe_result",
     "encode_records",
     "error_header",
     "frame",
     "parse_header",
+    "parse_partition_offsets",
     "socket_address",
     "socket_path",
 ]
@@ -73,6 +80,12 @@ _MAX_SUN_PATH = 107
 
 ProduceRecord = tuple[bytes | None, bytes | None, Sequence[Header], int | None]
 """(key, value, headers, timestamp or None for now): one record to produce."""
+
+PartitionOffset = tuple[str, int, int]
+"""(topic, partition, offset): one partition of a ``delete_records`` request."""
+
+HIGH_WATERMARK = -1
+"""A ``delete_records`` offset meaning the log end offset (Kafka's high watermark)."""
 
 
 class ControlError(Exception):
@@ -114,6 +127,71 @@ def describe_result(description: TopicDescription) -> dict[str, object]:
             for p in description.partitions
         ],
     }
+
+
+def parse_partition_offsets(items: object) -> list[PartitionOffset]:
+    """The ``partitions`` list of a ``delete_records`` request (and of the file
+    ``kafka-delete-records.sh --offset-json-file`` reads), checked.
+
+    Raises:
+        ValueError: not a list of ``{"topic": str, "partition": int, "offset": int}``,
+            or a topic-partition given twice (the message names them).
+    """
+    if not isinstance(items, list):
+        raise ValueError("partitions must be a list")
+    found: list[PartitionOffset] = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise ValueError(f"each partition must be an object, not {item!r}")
+        topic = item.get("topic")
+        if not isinstance(topic, str):
+            raise ValueError(f"topic must be a string in {item!r}")
+        found.append((topic, _integer(item, "partition"), _integer(item, "offset")))
+    counts = Counter((topic, partition) for topic, partition, _offset in found)
+    twice = sorted(tp for tp, n in counts.items() if n > 1)
+    if twice:
+        raise ValueError("duplicate topic partitions: " + ",".join(f"{t}-{p}" for t, p in twice))
+    return found
+
+
+def _integer(item: dict[str, Any], name: str) -> int:
+    value = item.get(name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer in {item!r}")
+    return value
+
+
+def delete_records(
+    manager: LogManager, partitions: Sequence[PartitionOffset]
+) -> list[dict[str, object]]:
+    """Kafka's DeleteRecords: move each partition's log start offset up to its offset
+    (``HIGH_WATERMARK``: the log end offset; never back), then checkpoint the log start
+    offsets so that it holds after a crash. The records below become unreadable at
+    once; the segments wholly below go at the next retention check, as in Kafka.
+
+    Returns, per partition in order, ``{"topic", "partition", "low_watermark"}`` (the
+    log start offset now) or ``{"topic", "partition", "error"}`` (an unknown
+    partition, an offset past the log end or below -1): one partition's error does not
+    stop the others, as Kafka's tool reports each.
+
+    Blocking: one ``fsync``'d checkpoint write.
+    """
+    results: list[dict[str, object]] = []
+    for topic, partition, offset in partitions:
+        result: dict[str, object] = {"topic": topic, "partition": partition}
+        try:
+            log = manager.log(topic, partition)
+            target = log.log_end_offset if offset == HIGH_WATERMARK else offset
+            if target < 0:
+                raise OffsetOutOfRangeError(offset, log.log_start_offset, log.log_end_offset)
+            log.advance_log_start_offset(target)
+            result["low_watermark"] = log.log_start_offset
+        except StorageError as exc:
+            result["error"] = str(exc)
+        results.append(result)
+    if any("low_watermark" in result for result in results):
+        manager.checkpoint_log_start_offsets()
+    return results
 
 
 def encode_records(records: Sequence[ProduceRecord]) -> bytes:

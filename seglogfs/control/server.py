@@ -30,10 +30,12 @@ from .protocol import (
     ControlError,
     check_lengths,
     decode_records,
+    delete_records,
     describe_result,
     error_header,
     frame,
     parse_header,
+    parse_partition_offsets,
     socket_address,
     socket_path,
 )
@@ -93,6 +95,12 @@ class _Handlers:
             topic = _arg(args, "topic", str)
             partition = _arg(args, "partition", int, optional=True)
             return await self.run_sync(self._produce, topic, partition, payload)
+        if op == "delete_records":
+            try:
+                partitions = parse_partition_offsets(_arg(args, "partitions", list))
+            except ValueError as exc:
+                raise ControlError("ProtocolError", str(exc)) from None
+            return await self.run_sync(delete_records, manager, partitions)
         raise ControlError("ProtocolError", f"unknown op {op!r}")
 
     def _produce(self, topic: str, partition: int | None, payload: bytes) -> object:

@@ -4,7 +4,10 @@ S3QL's rule: an exception escaping to pyfuse3 would end the main loop and leave 
 mount. ``@handler`` wraps each request handler: engine errors become an errno through
 the one table in ``errno_map``; anything unexpected is a bug, logged with its traceback
 (once per handler and exception type, a line after that, so a loop of ``cat`` retries
-cannot flood the log) and answered ``EIO``.
+cannot flood the log) and answered ``EIO``. A damaged batch (``CorruptRecordError``) is
+answered ``EIO`` on every read that reaches it and logged once, as a WARNING naming the
+topic, partition, offset, file and byte: every reader meets it again, the log says it
+once.
 
 Thread-safety: used on the trio thread only.
 """
@@ -15,9 +18,13 @@ import errno
 import functools
 import logging
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import pyfuse3
+
+from storage import CorruptRecordError
+from storage.log.file_names import parse_topic_partition_name
 
 from .errno_map import errno_for
 
@@ -29,6 +36,9 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 _logged_failures: set[tuple[str, str]] = set()
+# (segment file, byte) of each damaged batch already logged: one line per damaged batch,
+# however many reads meet it (a set as small as the damage on disk).
+_logged_damage: set[tuple[str, int]] = set()
 
 
 class RequestLog:
@@ -61,9 +71,29 @@ def _failure(handler: str, exc: Exception) -> pyfuse3.FUSEError:
             _logged_failures.add(key)
             logger.error("%s failed: answered EIO", handler, exc_info=exc)
         code = errno.EIO
+    elif isinstance(exc, CorruptRecordError):
+        _log_damage_once(exc)
     elif code == errno.EIO:
         logger.error("%s: %s", handler, exc)
     return pyfuse3.FUSEError(code)
+
+
+def _log_damage_once(exc: CorruptRecordError) -> None:
+    key = (str(exc.path), exc.position)
+    if key in _logged_damage:
+        return
+    _logged_damage.add(key)
+    where = "a partition"
+    if exc.path is not None:
+        parsed = parse_topic_partition_name(Path(exc.path).parent.name)
+        if parsed is not None:
+            where = f"topic {parsed[0]} partition {parsed[1]}"
+    logger.warning(
+        "%s: %s; reads that reach it fail with EIO (seglogfs delete-records moves the log "
+        "start past it)",
+        where,
+        exc,
+    )
 
 
 def handler(

@@ -40,7 +40,13 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from storage import CorruptRecordError
-from storage.record.record_batch import RecordBatch, batch_size_at, iter_batches, read_batch
+from storage.record.record_batch import (
+    HEADER_SIZE_UP_TO_MAGIC,
+    RecordBatch,
+    batch_size_at,
+    iter_batches,
+    read_batch,
+)
 from storage.record.render import render_batch
 
 from .malloc_tuning import tune_malloc
@@ -64,7 +70,10 @@ class FillRequest(NamedTuple):
     batch holding ``next_offset``, of which the first ``skip`` rendered bytes are already
     the daemon's) up to ``end`` (bytes the daemon knows complete), into
     ``arena[slot_start:slot_start + capacity]``. ``token`` tells apart two files that
-    had the same path (a topic deleted and created again)."""
+    had the same path (a topic deleted and created again). ``end_is_final``: ``end`` is
+    the end of a batch (the daemon writes the log), so a batch running past it is
+    damage; else (a read-only mount's view of a segment another process appends to) the
+    fill just stops before it."""
 
     request_id: int
     path: str
@@ -77,6 +86,7 @@ class FillRequest(NamedTuple):
     capacity: int
     raw: bool
     key_separator: bytes | None
+    end_is_final: bool = True
 
 
 class FillResult(NamedTuple):
@@ -122,10 +132,11 @@ def fill(files: SegmentFiles, request: FillRequest, arena: memoryview) -> FillRe
     into the slot.
 
     Raises:
-        CorruptRecordError: the first batch fails its CRC or does not parse, or the
-            batch at ``position`` is not the one holding ``next_offset`` (the daemon's
-            view and the file disagree). A bad batch after good ones ends the fill
-            early instead: the next fill begins with it and raises.
+        CorruptRecordError: the first batch fails its CRC, does not parse or runs past
+            a final ``end``, or the batch at ``position`` is not the one holding
+            ``next_offset`` (the daemon's view and the file disagree). A bad batch
+            after good ones ends the fill early instead: the next fill begins with it
+            and raises.
         OSError: the file cannot be opened or read.
     """
     out = arena[request.slot_start : request.slot_start + request.capacity]
@@ -138,7 +149,7 @@ def fill(files: SegmentFiles, request: FillRequest, arena: memoryview) -> FillRe
     first = True
     while written < capacity and request.end - position > 0:
         try:
-            batches = _batches(fd, position, request.end)
+            batches = _batches(fd, position, request.end, request.end_is_final)
         except CorruptRecordError:
             if written == 0:
                 raise
@@ -181,17 +192,29 @@ def fill(files: SegmentFiles, request: FillRequest, arena: memoryview) -> FillRe
     return FillResult(written, next_offset, position, skip)
 
 
-def _batches(fd: int, position: int, end: int) -> list[RecordBatch]:
+def _batches(fd: int, position: int, end: int, end_is_final: bool) -> list[RecordBatch]:
     # The complete batches of one read at ``position`` (at least one unless the file
-    # holds no complete batch below ``end`` there).
+    # holds no complete batch below ``end`` there: then damage when ``end`` is final).
     chunk = os.pread(fd, min(READ_BYTES, end - position), position)
     batches = list(iter_batches(chunk, position))
-    if not batches and len(chunk) >= 17:
+    if batches:
+        return batches
+    if len(chunk) >= HEADER_SIZE_UP_TO_MAGIC:
         size, _magic = batch_size_at(chunk, 0)
         if position + size <= end:
             data = os.pread(fd, size, position)
             if len(data) == size:
-                batches = [read_batch(data, 0, position)]
+                return [read_batch(data, 0, position)]
+        elif end_is_final:
+            raise CorruptRecordError(
+                f"a batch of {size} bytes runs past the end of the segment at byte {end}",
+                position=position,
+            )
+    elif end_is_final and chunk and position + len(chunk) == end:
+        raise CorruptRecordError(
+            f"{len(chunk)} bytes at the end of the segment, fewer than a batch header",
+            position=position,
+        )
     return batches
 
 

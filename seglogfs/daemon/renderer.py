@@ -204,6 +204,9 @@ class Renderer:
             min(capacity, SLOT_BYTES),
             raw,
             key_separator,
+            # The daemon's own segments end at a batch end; a read-only mount's view
+            # of one another process appends to may end inside the batch in flight.
+            end_is_final=segment.log.writable,
         )
         self.requests += 1
         event = trio.Event()

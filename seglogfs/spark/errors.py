@@ -8,6 +8,10 @@ names the option, topic-partition or directory at fault and what to do about it.
   (a bad value, a missing or conflicting option). Raised while the query is planned.
 - ``DataLossError``: offsets a query needs are gone (removed by retention, or a log
   shorter than a checkpoint says) and ``failOnDataLoss`` is true, as Kafka reports it.
+- ``CorruptDataError``: a batch a task reads is damaged (the engine's
+  ``CorruptRecordError``) and ``failOnDataLoss`` is true: the task fails naming the
+  topic, partition, offset and file; with ``failOnDataLoss=false`` the read skips the
+  damaged range and logs it.
 - ``SinkError``: the sink cannot write (unknown topic, bad columns, overwrite mode, a
   log directory another writer owns with no daemon to go through).
 """
@@ -44,6 +48,22 @@ class DataLossError(SeglogSparkError):
         self.partition = partition
         self.start = start
         self.end = end
+
+
+class CorruptDataError(SeglogSparkError):
+    """A batch of ``topic``-``partition`` at ``offset`` is damaged on disk (``cause``, the
+    engine's error, names its file and byte); it is never served."""
+
+    def __init__(self, topic: str, partition: int, offset: int, cause: Exception) -> None:
+        super().__init__(
+            f"corrupt data in topic {topic} partition {partition} at offset {offset}: "
+            f"{cause}. The damaged batch is never served. If you want the query to skip "
+            'the damaged records instead of failing, set the option "failOnDataLoss" to '
+            '"false"; seglogfs delete-records moves the log start past them.'
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
 
 
 class SinkError(SeglogSparkError):

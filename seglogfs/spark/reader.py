@@ -24,9 +24,10 @@ from __future__ import annotations
 import datetime as dt
 import gc
 import itertools
+import logging
 import os
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +47,7 @@ from pyspark.sql.datasource import (
 )
 
 from storage import (
+    CorruptRecordError,
     DefaultRecordBatch,
     LogManager,
     OffsetOutOfRangeError,
@@ -57,7 +59,7 @@ from storage import (
 from storage.record.record_columns import PackedColumns
 
 from .arrow import SMALL_BATCH_ROWS, arrow_batches
-from .errors import DataLossError, OptionError
+from .errors import CorruptDataError, DataLossError, OptionError
 from .options import (
     PartitionOffsets,
     ReadOptions,
@@ -67,6 +69,8 @@ from .options import (
     resolve_starting_offsets,
 )
 from .worker_socket import UnpickledInTasks
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -196,13 +200,15 @@ def engine_columns(
     Control batches (transaction markers) are skipped, as a Kafka consumer skips them;
     compaction gaps are simply absent. Records removed by retention before or while
     the range is read are data loss: ``DataLossError`` when ``fail_on_data_loss``,
-    else the read continues at the oldest retained record.
+    else the read continues at the oldest retained record. A damaged batch (a CRC or
+    framing the engine refuses) is ``CorruptDataError`` when ``fail_on_data_loss``,
+    else the read skips the damaged range (to the next batch it can frame, or the next
+    segment) and logs a warning naming it.
 
     Cost: O(log n) to position, then sequential.
 
     Raises:
-        DataLossError: see above.
-        CorruptRecordError: a batch fails its CRC (never served).
+        DataLossError, CorruptDataError: see above.
     """
     try:
         log = manager.log(r.topic, r.partition)
@@ -215,8 +221,14 @@ def engine_columns(
         return
     start, end = r.start, r.end
     scratch = BytesWriter()  # reused for every batch's values (see packed_columns)
+    on_corrupt = None if fail_on_data_loss else _skip_damage(r)
     if r.min_timestamp is not None:
-        found = log.offset_for_timestamp(r.min_timestamp)
+        try:
+            found: int | None = log.offset_for_timestamp(r.min_timestamp)
+        except CorruptRecordError as exc:
+            if fail_on_data_loss:
+                raise CorruptDataError(r.topic, r.partition, max(exc.offset, start), exc) from None
+            found = start  # no narrowing: Spark re-checks the timestamp filter anyway
         start = max(start, end if found is None else found)
     while start < end:
         if start < log.log_start_offset:
@@ -236,7 +248,7 @@ def engine_columns(
             end = log.log_end_offset
             continue
         try:
-            for batch in log.batches(start):
+            for batch in log.batches(start, on_corrupt=on_corrupt):
                 if batch.base_offset >= end:
                     return
                 if batch.is_control:
@@ -251,6 +263,28 @@ def engine_columns(
             # Retention moved the log start past ``start`` between the check and the
             # read: the loop reports it (or skips ahead) like any other loss.
             continue
+        except CorruptRecordError as exc:
+            offset = exc.offset if exc.offset >= 0 else start
+            raise CorruptDataError(r.topic, r.partition, offset, exc) from None
+
+
+def _skip_damage(r: OffsetRange) -> Callable[[CorruptRecordError, int], None]:
+    """``failOnDataLoss=false``: log each damaged range the read of ``r`` skips."""
+
+    def skipped(error: CorruptRecordError, resume: int) -> None:
+        first = max(error.offset, r.start)
+        if first < r.end:
+            logger.warning(
+                "seglog: skipping offsets [%d, %d) of topic %s partition %s: %s "
+                "(failOnDataLoss=false)",
+                first,
+                min(max(resume, first), r.end),
+                r.topic,
+                r.partition,
+                error,
+            )
+
+    return skipped
 
 
 def _columns(

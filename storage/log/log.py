@@ -42,6 +42,7 @@ from ..errors import (
 )
 from ..record.batch_builder import build_record_batch
 from ..record.compression import codec_from_name
+from ..record.file_records import Tail
 from ..record.record import CompressionType, Header, Record, TimestampType
 from ..record.record_batch import (
     MAGIC_V2,
@@ -66,6 +67,10 @@ logger = logging.getLogger(__name__)
 
 FIRST_RUN_RECORDS = 8
 """``records()`` decodes this many offsets of its first batch before the rest."""
+
+CorruptRangeHandler = Callable[[CorruptRecordError, int], None]
+"""Told of damage a read skips (``Log.batches(on_corrupt=...)``): the error, whose
+``offset`` is the first offset skipped, and the offset the read goes on at."""
 
 SegmentPredicate = Callable[[LogSegment, "LogSegment | None"], bool]
 """A retention rule: is this segment (followed by that one, None for the active
@@ -561,12 +566,28 @@ class Log:
         error.log_end_offset = self._next_offset
         return error
 
-    def batches(self, start_offset: int, *, check_crc: bool = True) -> Iterator[RecordBatch]:
+    def batches(
+        self,
+        start_offset: int,
+        *,
+        check_crc: bool = True,
+        on_corrupt: CorruptRangeHandler | None = None,
+    ) -> Iterator[RecordBatch]:
         """Batches from the one holding ``start_offset`` to the log end, validated.
 
         The first batch may start before ``start_offset``; callers filter records.
         Segments deleted by retention during the iteration are read to their end while
         their descriptors stay open; later segments are picked up as they appear.
+
+        Damage is never passed over in silence: a batch that fails its CRC, whose
+        offsets go back, or that its segment cannot hold (outside the unflushed tail:
+        see ``Tail``; a sealed segment never has one) raises ``CorruptRecordError``
+        naming its file, byte position and the first offset not served; the batches
+        before it were served. With ``on_corrupt`` the read instead reports the damage
+        there and goes on at the next batch it can frame: the one after a batch that
+        fails its CRC; after damaged framing, the first batch an offset-index entry
+        names past it, else the next segment (else the log end). Kafka has no such
+        mode; it is Spark's ``failOnDataLoss=false``.
 
         Cost: O(log n) to position (segment bisection, index lookup), then sequential.
 
@@ -574,7 +595,7 @@ class Log:
             OffsetOutOfRangeError: ``start_offset`` outside [log start, log end].
             SegmentDeletedError: retention deleted the records the iteration needed
                 next while it ran (reposition at ``log_start_offset``).
-            CorruptRecordError: a batch fails its CRC (never served).
+            CorruptRecordError: damage, as above (never served).
         """
         self._check_offset(start_offset)
         offset = start_offset
@@ -585,12 +606,56 @@ class Log:
             assert first is not None
             raise self._deleted(first, offset)
         while True:
+            following = self.segments.higher_segment(segment.base_offset)
+            tail = Tail.ACTIVE if following is None else Tail.SEALED
             try:
-                for batch in segment.batches_from(offset):
-                    if check_crc and not batch.is_valid():
-                        raise CorruptRecordError("CRC mismatch", segment.path, batch.position)
-                    yield batch
-                    offset = batch.next_offset
+                scan = segment.batches_from(offset, tail=tail)
+                while True:
+                    try:
+                        batch = next(scan, None)
+                    except CorruptRecordError as exc:
+                        # Damaged framing: this scan can go no further.
+                        error = CorruptRecordError(
+                            exc.reason, segment.path, exc.position, offset=offset
+                        )
+                        if on_corrupt is None:
+                            raise error from None
+                        resume = segment.resume_after(exc.position, tail)
+                        if resume is None:
+                            later = self.segments.higher_segment(segment.base_offset)
+                            offset = self._next_offset if later is None else later.base_offset
+                            on_corrupt(error, offset)
+                            break
+                        on_corrupt(error, resume[1])
+                        offset = resume[1]
+                        scan = segment.batches(resume[0], tail=tail)
+                        continue
+                    if batch is None:
+                        if tail is Tail.ACTIVE:
+                            later = self.segments.higher_segment(segment.base_offset)
+                            if later is not None and offset < later.base_offset:
+                                # A roll sealed the segment while it was read as the
+                                # active one: a batch this reader took for the writer's
+                                # append in flight is whole now (or damage).
+                                tail = Tail.SEALED
+                                scan = segment.batches_from(offset, tail=tail)
+                                continue
+                        break
+                    if batch.last_offset < offset:
+                        problem = f"offsets {batch.base_offset}..{batch.last_offset} go back"
+                    elif check_crc and not batch.is_valid():
+                        problem = "CRC mismatch"
+                    else:
+                        yield batch
+                        offset = batch.next_offset
+                        continue
+                    error = CorruptRecordError(
+                        problem, segment.path, batch.position, offset=max(offset, batch.base_offset)
+                    )
+                    if on_corrupt is None:
+                        raise error
+                    offset = max(offset, batch.next_offset)
+                    on_corrupt(error, offset)
             except SegmentDeletedError:
                 raise self._deleted(segment, offset) from None
             following = self.segments.higher_segment(segment.base_offset)
@@ -670,10 +735,15 @@ class Log:
 
         Raises:
             SegmentDeletedError: the segment searched was deleted meanwhile.
+            CorruptRecordError: a batch the search reads is damaged (as ``batches``).
         """
-        for segment in self.segments.values():
+        segments = self.segments.values()
+        for i, segment in enumerate(segments):
             if segment.max_timestamp >= timestamp:
-                found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                tail = Tail.SEALED if i + 1 < len(segments) else Tail.ACTIVE
+                found = segment.find_offset_by_timestamp(
+                    timestamp, self.log_start_offset, tail=tail
+                )
                 if found is not None:
                     return max(found.offset, self.log_start_offset)
         return None

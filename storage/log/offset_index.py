@@ -73,6 +73,19 @@ class OffsetIndex(AbstractIndex):
         relative, position = found
         return base + relative, position
 
+    def first_entry_after(self, position: int) -> int:
+        """The number of the first entry whose position is past ``position``
+        (``entries`` when there is none): where a scan can frame batches again after
+        damaged bytes at ``position``. Positions increase with offsets.
+
+        Raises:
+            ValueError: the index is closed.
+
+        Runtime complexity: O(log n).
+        """
+        self._require_open()
+        return self._largest_lower_bound_slot(position, _INT32, 4) + 1
+
     def entry(self, n: int) -> tuple[int, int]:
         """The (offset, position) of the ``n``-th entry.
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from ..errors import CorruptIndexError, CorruptRecordError, SegmentDeletedError, StorageError
-from ..record.file_records import FileRecords, OffsetPosition, TimestampAndOffset
+from ..record.file_records import FileRecords, OffsetPosition, Tail, TimestampAndOffset
 from ..record.record_batch import RecordBatch
 from .extension_index import ExtensionIndex, ExtensionIndexSpec
 from .file_names import (
@@ -412,16 +412,73 @@ class LogSegment:
 
     # -- reading ---------------------------------------------------------------------
 
-    def batches_from(self, offset: int, starting_position: int = 0) -> Iterator[RecordBatch]:
+    def batches_from(
+        self, offset: int, starting_position: int = 0, *, tail: Tail = Tail.UNCHECKED
+    ) -> Iterator[RecordBatch]:
         """The batches from the one holding ``offset`` (or the first after it) on.
+
+        ``tail``: what a batch cut off by the end of the file is (``Tail``; the log
+        passes ``SEALED`` or ``ACTIVE`` for reads).
 
         Cost: O(log n) index lookup, then a scan of about ``index.interval.bytes``
         before the first batch (of the whole segment when the index entry proves wrong).
+
+        Raises:
+            CorruptRecordError: an impossible batch header, or damage (see ``Tail``).
+            SegmentDeletedError: the segment was closed (deleted, or the log closed).
         """
         indexed_offset, position = self._offset_lookup(offset)
+        indexed = self._indexed_position(tail)
         if starting_position < position < self.size:
-            return self.log.batches_from_entry(offset, position, indexed_offset, starting_position)
-        return _from_offset(offset, self.log.batches(starting_position))
+            return self.log.batches_from_entry(
+                offset,
+                position,
+                indexed_offset,
+                starting_position,
+                tail=tail,
+                indexed_position=indexed,
+            )
+        return _from_offset(
+            offset, self.log.batches(starting_position, tail=tail, indexed_position=indexed)
+        )
+
+    def _indexed_position(self, tail: Tail) -> int:
+        # A reader's evidence that the writer is past a position (``Tail.ACTIVE``): the
+        # offset index names a batch only once it is written whole.
+        if tail is not Tail.ACTIVE or self.log.writable:
+            return 0
+        index = self.offset_index
+        try:
+            return index.entry(index.entries - 1)[1] if index.entries else 0
+        except (IndexError, ValueError):
+            return 0  # closed or refreshed meanwhile: no evidence
+
+    def resume_after(self, position: int, tail: Tail) -> tuple[int, int] | None:
+        """``(position, base offset)`` of the first batch after the damaged bytes at
+        ``position`` that a scan can frame again: one an offset-index entry names, that
+        is there and ends at the entry's offset. None when no entry after ``position``
+        proves right (the rest of the segment cannot be framed).
+
+        Cost: O(log n) to find the entry, one short read per entry tried.
+        """
+        index = self.offset_index
+        try:
+            first = index.first_entry_after(position)
+            entries = index.entries
+        except ValueError:
+            raise SegmentDeletedError(self.path) from None
+        for n in range(first, entries):
+            try:
+                offset, entry_position = index.entry(n)
+            except (IndexError, ValueError):
+                return None
+            try:
+                batch = next(self.log.batches(entry_position, tail=tail), None)
+            except CorruptRecordError:
+                continue
+            if batch is not None and batch.last_offset == offset:
+                return entry_position, batch.base_offset
+        return None
 
     def _offset_lookup(self, offset: int) -> tuple[int, int]:
         try:
@@ -430,18 +487,25 @@ class LogSegment:
             # The index was closed: the segment was deleted (or the log closed).
             raise SegmentDeletedError(self.path) from None
 
-    def translate_offset(self, offset: int, starting_position: int = 0) -> OffsetPosition | None:
+    def translate_offset(
+        self, offset: int, starting_position: int = 0, *, tail: Tail = Tail.UNCHECKED
+    ) -> OffsetPosition | None:
         """Where the batch holding ``offset`` (or the first after it) starts.
 
-        Cost: as ``batches_from``.
+        Cost and errors: as ``batches_from``.
         """
-        batch = next(self.batches_from(offset, starting_position), None)
+        batch = next(self.batches_from(offset, starting_position, tail=tail), None)
         if batch is None:
             return None
         return OffsetPosition(batch.last_offset, batch.position, batch.size)
 
-    def batches(self, start_position: int = 0) -> Iterator[RecordBatch]:
-        return self.log.batches(start_position)
+    def batches(
+        self, start_position: int = 0, *, tail: Tail = Tail.UNCHECKED
+    ) -> Iterator[RecordBatch]:
+        """The batches from file position ``start_position`` on (``tail``: see ``Tail``)."""
+        return self.log.batches(
+            start_position, tail=tail, indexed_position=self._indexed_position(tail)
+        )
 
     def read_next_offset(self) -> int:
         """The offset after the last complete batch (``base_offset`` when empty).
@@ -459,12 +523,16 @@ class LogSegment:
         return next_offset
 
     def find_offset_by_timestamp(
-        self, timestamp: int, starting_offset: int
+        self, timestamp: int, starting_offset: int, *, tail: Tail = Tail.UNCHECKED
     ) -> TimestampAndOffset | None:
         """The first record with timestamp >= ``timestamp`` and offset >= ``starting_offset``.
 
         Cost: O(log n) in both indexes, then a scan from the indexed position (from
         the segment start when the time-index entry proves wrong).
+
+        Raises:
+            CorruptRecordError: a batch scanned fails its CRC, or damage (``Tail``).
+            SegmentDeletedError: the segment was closed (deleted, or the log closed).
         """
         try:
             indexed_timestamp, offset = self.time_index.lookup(timestamp)
@@ -475,10 +543,16 @@ class LogSegment:
                 "%s: ignoring wrong time index entry (%d, %d)", self.path, indexed_timestamp, offset
             )
             offset = self.base_offset
-        found = self.translate_offset(max(offset, starting_offset))
+        found = self.translate_offset(max(offset, starting_offset), tail=tail)
         if found is None:
             return None
-        return self.log.search_for_timestamp(timestamp, found.position, starting_offset)
+        return self.log.search_for_timestamp(
+            timestamp,
+            found.position,
+            starting_offset,
+            tail=tail,
+            indexed_position=self._indexed_position(tail),
+        )
 
     def _time_entry_matches(self, timestamp: int, offset: int) -> bool:
         # A time-index entry (T, O) names the first batch whose max timestamp reached T,

@@ -6,6 +6,10 @@ position. ``size`` is the number of bytes this object considers valid: the write
 knows it exactly; a reader in another process refreshes it with ``refresh_size()``
 and never trusts a partial batch at the tail (the writer may be mid-``write``).
 
+A batch that runs past the bytes a scan may read is the unflushed tail or damage; the
+scan's ``tail`` (``Tail``) says which it can be, and a read never passes over damage in
+silence: it raises ``CorruptRecordError`` there.
+
 Thread-safety: one appending thread; any number of threads may read concurrently with
 it (each read is a ``pread`` of bytes below a ``size`` that only grows on append).
 ``close`` may run while readers are mid-scan (retention deleting the segment): each
@@ -23,6 +27,7 @@ import os
 import struct
 import threading
 from collections.abc import Iterator
+from enum import Enum
 from itertools import chain
 from pathlib import Path
 from typing import NamedTuple
@@ -47,6 +52,29 @@ _V2_LAST_OFFSET_HEADER = struct.Struct(">qiibIhi")
 """A v2 header up to lastOffsetDelta: base offset, length, epoch, magic, CRC, attributes."""
 READ_CHUNK_BYTES = 1 << 20
 """The largest ``pread`` of a scan: sequential reads double up to it to amortise calls."""
+
+
+class Tail(Enum):
+    """What a scan makes of a batch that runs past the bytes it may read (or of fewer
+    bytes than a batch header there): whether the file may still be growing there.
+
+    - ``UNCHECKED``: the scan ends there, quietly. Recovery's scans use it (recovery
+      owns the unflushed tail: it cuts it and says so), and the scans that only measure
+      a segment (its next offset, largest timestamp, extension units). Reads never do.
+    - ``ACTIVE``: the segment a writer appends to. In the writer's process ``size``
+      covers whole batches only, so such a batch is damage. A reader in another process
+      may have caught the writer's append half-written: there it is damage only when
+      the file now holds all of it and it fails its CRC, or when the offset index names
+      a batch after it (the writer finished that one later); otherwise the scan ends
+      quietly, and the next ``refresh_size`` sees the batch whole.
+    - ``SEALED``: a later segment exists, so every byte of the file is final (a writer
+      finishes a segment before it creates the next): such a batch is damage. A reader
+      whose ``size`` predates the roll first reads on to the file's size.
+    """
+
+    UNCHECKED = "unchecked"
+    ACTIVE = "active"
+    SEALED = "sealed"
 
 
 class OffsetPosition(NamedTuple):
@@ -153,53 +181,154 @@ class FileRecords:
             os.close(fd)
 
     def batches(
-        self, start: int = 0, end: int | None = None, first_read: int = FIRST_READ_BYTES
+        self,
+        start: int = 0,
+        end: int | None = None,
+        first_read: int = FIRST_READ_BYTES,
+        *,
+        tail: Tail = Tail.UNCHECKED,
+        indexed_position: int = 0,
     ) -> Iterator[RecordBatch]:
         """Every complete batch lying within ``[start, end)``, in file order.
 
-        Stops silently at a partial batch at the tail (a writer mid-append, or a torn
-        write before recovery). CRCs are not checked here.
+        A batch cut off by ``end`` ends the scan; one cut off by the end of the file is
+        the tail or damage, as ``tail`` says (``Tail``). ``indexed_position``: the
+        position of a batch the offset index names (a reader's, for ``Tail.ACTIVE``):
+        the writer completed every batch before it. CRCs are not checked here.
 
         Cost: one ``pread`` per chunk, chunks doubling from ``FIRST_READ_BYTES`` to
-        ``READ_CHUNK_BYTES`` (or one per batch when batches are larger).
+        ``READ_CHUNK_BYTES`` (or one per batch when batches are larger); at a batch cut
+        off by the end, one ``fstat`` and a read of that batch.
 
         Raises:
-            CorruptRecordError: a batch header with an impossible size or magic.
+            CorruptRecordError: a batch header with an impossible size or magic, or a
+                batch the file cannot hold that is not the tail (see ``Tail``).
             SegmentDeletedError: the file was closed before the scan began.
         """
-        limit = self.size if end is None else min(end, self.size)
-        if limit - start < HEADER_SIZE_UP_TO_MAGIC:
+        limit = self.size
+        if end is not None and end < limit:
+            limit, tail = end, Tail.UNCHECKED
+        if limit <= start and (tail is not Tail.SEALED or self.writable):
             return
         fd = self._reader_fd()
         try:
-            yield from self._scan(fd, start, limit, first_read)
+            yield from self._scan(fd, start, limit, first_read, tail, indexed_position)
         finally:
             os.close(fd)
 
-    def _scan(self, fd: int, start: int, limit: int, first_read: int) -> Iterator[RecordBatch]:
+    def _scan(
+        self,
+        fd: int,
+        start: int,
+        limit: int,
+        first_read: int,
+        tail: Tail,
+        indexed_position: int,
+    ) -> Iterator[RecordBatch]:
         position = start
         chunk_size = max(first_read, HEADER_SIZE_UP_TO_MAGIC)
-        while limit - position >= HEADER_SIZE_UP_TO_MAGIC:
-            chunk = os.pread(fd, min(chunk_size, limit - position), position)
-            chunk_size = min(chunk_size * 2, READ_CHUNK_BYTES)
+        while True:
+            if position >= limit:
+                if tail is not Tail.SEALED or self.writable or position > limit:
+                    return
+                # A reader's view of a sealed segment may predate the writer's last
+                # appends to it (a refresh that found the next segment before it read
+                # this one's size again): read on to the file's end.
+                limit = max(limit, os.fstat(fd).st_size)
+                if position >= limit:
+                    return
             consumed = 0
-            try:
-                for batch in iter_batches(chunk, position):
-                    yield batch
-                    consumed = batch.position + batch.size - position
-                if consumed == 0 and len(chunk) >= HEADER_SIZE_UP_TO_MAGIC:
-                    # A batch larger than the chunk: read exactly it, unless it is a
-                    # partial tail.
-                    size, _magic = batch_size_at(chunk, 0)
-                    data = os.pread(fd, size, position) if position + size <= limit else b""
-                    if len(data) == size:
-                        yield read_batch(data, 0, position)
-                        consumed = size
-            except CorruptRecordError as exc:
-                raise CorruptRecordError(exc.reason, self.path, exc.position) from None
-            if consumed == 0:
-                return  # a partial tail, or the file shrank under us
-            position += consumed
+            if limit - position >= HEADER_SIZE_UP_TO_MAGIC:
+                chunk = os.pread(fd, min(chunk_size, limit - position), position)
+                chunk_size = min(chunk_size * 2, READ_CHUNK_BYTES)
+                try:
+                    for batch in iter_batches(chunk, position):
+                        yield batch
+                        consumed = batch.position + batch.size - position
+                    if consumed == 0 and len(chunk) >= HEADER_SIZE_UP_TO_MAGIC:
+                        # A batch larger than the chunk: read exactly it, unless it
+                        # runs past the limit.
+                        size, _magic = batch_size_at(chunk, 0)
+                        data = os.pread(fd, size, position) if position + size <= limit else b""
+                        if len(data) == size:
+                            yield read_batch(data, 0, position)
+                            consumed = size
+                except CorruptRecordError as exc:
+                    raise CorruptRecordError(exc.reason, self.path, exc.position) from None
+            if consumed:
+                position += consumed
+                continue
+            # No whole batch at ``position`` below the limit.
+            limit = self._read_on_to(fd, position, limit, tail, indexed_position)
+            if limit == position:
+                return
+
+    def _read_on_to(
+        self, fd: int, position: int, limit: int, tail: Tail, indexed_position: int
+    ) -> int:
+        """Where a scan that found no whole batch at ``position`` below ``limit`` goes
+        on to: a larger limit (a reader whose view of a sealed segment is older than
+        its last bytes), or ``position`` to end the scan (the tail, or a file that
+        shrank under the scan).
+
+        Raises:
+            CorruptRecordError: the bytes at ``position`` are damage (see ``Tail``).
+        """
+        if tail is Tail.UNCHECKED:
+            return position
+        file_size = os.fstat(fd).st_size
+        if file_size < limit or (self.writable and self.size < limit):
+            return position  # truncated under the scan (the writer's truncate_to)
+        if self.writable:
+            # The writer's ``size`` only ever ends at a batch end.
+            size = self._size_at(fd, position, limit)
+            raise CorruptRecordError(
+                self._cut_off_reason(size, position, limit), self.path, position
+            )
+        if tail is Tail.SEALED and file_size > limit:
+            return file_size  # a view taken before the writer finished the file
+        size = self._size_at(fd, position, file_size)
+        if tail is Tail.SEALED:
+            raise CorruptRecordError(
+                self._cut_off_reason(size, position, file_size), self.path, position
+            )
+        # ``Tail.ACTIVE`` in a reader: maybe the writer's append, caught in flight.
+        if size is not None and position + size <= file_size:
+            batch = read_batch(os.pread(fd, size, position), 0, position)
+            if batch.is_valid():
+                return position  # it was in flight: the next refresh shows it whole
+            raise CorruptRecordError("CRC mismatch", self.path, position)
+        if position < indexed_position < file_size:
+            raise CorruptRecordError(
+                f"{self._cut_off_reason(size, position, file_size)}, before the batch at "
+                f"byte {indexed_position} that the offset index names",
+                self.path,
+                position,
+            )
+        return position
+
+    def _size_at(self, fd: int, position: int, file_size: int) -> int | None:
+        """The size the batch header at ``position`` claims; None when the file holds
+        fewer bytes than a header there.
+
+        Raises:
+            CorruptRecordError: the header's size or magic is impossible.
+        """
+        if file_size - position < HEADER_SIZE_UP_TO_MAGIC:
+            return None
+        header = os.pread(fd, HEADER_SIZE_UP_TO_MAGIC, position)
+        if len(header) < HEADER_SIZE_UP_TO_MAGIC:
+            return None
+        try:
+            return batch_size_at(header, 0)[0]
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(exc.reason, self.path, position) from None
+
+    @staticmethod
+    def _cut_off_reason(size: int | None, position: int, end: int) -> str:
+        if size is None:
+            return f"{end - position} bytes at the end of the segment, fewer than a batch header"
+        return f"a batch of {size} bytes runs past the end of the segment at byte {end}"
 
     def batches_from_entry(
         self,
@@ -207,6 +336,9 @@ class FileRecords:
         entry_position: int,
         entry_last_offset: int,
         fallback_position: int = 0,
+        *,
+        tail: Tail = Tail.UNCHECKED,
+        indexed_position: int = 0,
     ) -> Iterator[RecordBatch]:
         """The batches from the first with last offset >= ``target_offset`` on, located
         through an offset-index entry: the batch at ``entry_position`` ending at
@@ -216,20 +348,26 @@ class FileRecords:
         offset, else the entry is ignored (with a warning) and the scan starts at
         ``fallback_position``. A v2 header tells both that and where the next batch
         starts, so the entry's batch is not read when the wanted one is after it.
-        CRCs are not checked here.
+        CRCs are not checked here; ``tail`` and ``indexed_position`` as ``batches``.
 
         Cost: one 27-byte ``pread`` of the entry's header, then a scan whose first
         ``pread`` takes the wanted batch whole when it is about the entry's size (a
         lookup: two ``pread`` calls, and one descriptor duplicated).
 
         Raises:
-            CorruptRecordError: a batch header with an impossible size or magic.
+            CorruptRecordError: as ``batches``.
             SegmentDeletedError: the file was closed before the scan began.
         """
         fd = self._reader_fd()
         try:
             yield from self._batches_from_entry(
-                fd, target_offset, entry_position, entry_last_offset, fallback_position
+                fd,
+                target_offset,
+                entry_position,
+                entry_last_offset,
+                fallback_position,
+                tail,
+                indexed_position,
             )
         finally:
             os.close(fd)
@@ -241,8 +379,11 @@ class FileRecords:
         entry_position: int,
         entry_last_offset: int,
         fallback_position: int,
+        tail: Tail,
+        indexed_position: int,
     ) -> Iterator[RecordBatch]:
         limit = self.size
+        scan_args = (tail, indexed_position)
         header = _V2_LAST_OFFSET_HEADER
         data = os.pread(fd, header.size, entry_position) if entry_position < limit else b""
         batches: Iterator[RecordBatch] | None = None
@@ -258,14 +399,15 @@ class FileRecords:
                 # Batches of one log tend to be alike in size: read the next one whole
                 # in the first ``pread``, with a quarter to spare.
                 if entry_last_offset >= target_offset:
-                    batches = self._scan(fd, entry_position, limit, max(size, FIRST_READ_BYTES))
+                    first_read = max(size, FIRST_READ_BYTES)
+                    batches = self._scan(fd, entry_position, limit, first_read, *scan_args)
                 else:
                     first_read = max(size + size // 4, FIRST_READ_BYTES)
-                    batches = self._scan(fd, entry_position + size, limit, first_read)
+                    batches = self._scan(fd, entry_position + size, limit, first_read, *scan_args)
         if batches is None:
             # Not a v2 header (a legacy entry), or not the entry's batch: read the
             # batch there to check its last offset.
-            batches = self._scan(fd, entry_position, limit, FIRST_READ_BYTES)
+            batches = self._scan(fd, entry_position, limit, FIRST_READ_BYTES, *scan_args)
             try:
                 first = next(batches, None)
             except CorruptRecordError:
@@ -279,7 +421,7 @@ class FileRecords:
                     entry_last_offset,
                     entry_position,
                 )
-                batches = self._scan(fd, fallback_position, limit, FIRST_READ_BYTES)
+                batches = self._scan(fd, fallback_position, limit, FIRST_READ_BYTES, *scan_args)
         for batch in batches:
             if batch.last_offset >= target_offset:
                 yield batch
@@ -299,11 +441,25 @@ class FileRecords:
         return None
 
     def search_for_timestamp(
-        self, target_timestamp: int, start: int, starting_offset: int
+        self,
+        target_timestamp: int,
+        start: int,
+        starting_offset: int,
+        *,
+        tail: Tail = Tail.UNCHECKED,
+        indexed_position: int = 0,
     ) -> TimestampAndOffset | None:
         """The first record at or after ``start`` with offset >= ``starting_offset`` and
-        timestamp >= ``target_timestamp`` (Kafka's ``searchForTimestamp``)."""
-        for batch in self.batches(start):
+        timestamp >= ``target_timestamp`` (Kafka's ``searchForTimestamp``).
+
+        Each batch scanned must pass its CRC: its max timestamp decides the answer.
+
+        Raises:
+            CorruptRecordError: a batch scanned fails its CRC, or as ``batches``.
+        """
+        for batch in self.batches(start, tail=tail, indexed_position=indexed_position):
+            if not batch.is_valid():
+                raise CorruptRecordError("CRC mismatch", self.path, batch.position)
             if batch.max_timestamp >= target_timestamp:
                 for record in batch.records():
                     if record.offset >= starting_offset and record.timestamp >= target_timestamp:

@@ -358,6 +358,36 @@ def test_corrupt_batch_stops_with_its_file_and_position(
     assert result.out == b"good\n"  # what precedes the corruption is served
     assert result.code == 1
     assert result.err == (
-        f"seglogfs consume: error: corrupt record in {segment} at byte {second.position}: "
-        "CRC mismatch\n"
+        f"seglogfs consume: error: topic c partition 0: corrupt record in {segment} at byte "
+        f"{second.position}, offset 1: CRC mismatch\n"
     )
+
+
+def test_a_length_past_a_sealed_segment_stops_with_one_line_naming_it(
+    cli: Cli, log_dir: Path, clock: ManualClock
+) -> None:
+    # Issue 17: the damaged length ran past the end of its sealed segment; consume took
+    # it for an unflushed tail, went on at the next segment and exited 0.
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("t", 1, {"segment.bytes": "100000"})
+        log = manager.log("t", 0)
+        infos = [log.append([b"%d" % (i + k) for k in range(10)]) for i in range(0, 25_000, 10)]
+        assert log.number_of_segments > 2
+    bad = infos[234]
+    segment = log_dir / "t-0" / "00000000000000000000.log"
+    assert (bad.first_offset, bad.segment_base_offset) == (2340, 0)
+    data = bytearray(segment.read_bytes())
+    data[bad.position + 9] ^= 0x01  # the batch length, 64 KiB more
+    segment.write_bytes(bytes(data))
+    for args in (("-e",), ("-o", "2000"), ("--format", "json")):
+        result = cli("consume", "t", *args)
+        assert result.code == 1, args
+        assert result.err == (
+            f"seglogfs consume: error: topic t partition 0: corrupt record in {segment} at "
+            f"byte {bad.position}, offset 2340: a batch of {bad.size + 65536} bytes runs "
+            f"past the end of the segment at byte {len(data)}\n"
+        )
+    plain = cli("consume", "t", "-e").out
+    assert plain == b"".join(b"%d\n" % i for i in range(2340))
+    json_lines = cli("consume", "t", "--format", "json").out.splitlines()
+    assert [json.loads(line)["offset"] for line in json_lines] == list(range(2340))

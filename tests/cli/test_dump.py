@@ -221,7 +221,12 @@ def test_gaps_trailing_bytes_and_bad_files(cli: Cli, tmp_path: Path) -> None:
     path = _segment(tmp_path / "t-0", 0, first + second + second[:20])
     result = cli("dump", "--deep-iteration", str(path))
     assert result.text.endswith("Found 20 invalid bytes at the end of 00000000000000000000.log\n")
-    assert result.err == f"Non-consecutive offsets in {path.absolute()}\n  1 is followed by 5\n"
+    assert result.err == (
+        f"Non-consecutive offsets in {path.absolute()}\n  1 is followed by 5\n"
+        f"{path.absolute()}: byte {len(first + second)} (after offset 5): a batch of "
+        f"{len(second)} bytes runs past the end of the file; 20 bytes cannot be read as "
+        "batches\n"
+    )
     corrupt = bytearray(first)
     corrupt[-1] ^= 0xFF
     bad = _segment(tmp_path / "u-0", 0, bytes(corrupt))
@@ -289,3 +294,28 @@ def test_max_message_size_bounds_the_read_at_an_index_entry(
     small = cli("dump", "--verify-index-only", "--max-message-size", "100", str(index))
     assert small.err.startswith(f"Mismatches in :{index.absolute()}\n")
     assert "log offset: -1" in small.err
+
+
+def test_a_damaged_length_says_where_the_batches_stop(cli: Cli, tmp_path: Path) -> None:
+    # Kafka's "Found N invalid bytes at the end" is printed for a length damaged in the
+    # middle of a sealed segment too: stderr says at which byte, after which offset.
+    batches = [build_record_batch([b"v%d" % i], timestamps=TS, base_offset=i) for i in range(6)]
+    data = bytearray(b"".join(batches))
+    bad = sum(map(len, batches[:3]))
+    data[bad + 9] ^= 0x01  # the length of the batch of offset 3, 64 KiB more
+    path = _segment(tmp_path / "t-0", 0, bytes(data))
+    result = cli("dump", str(path))
+    assert result.code == 0  # as kafka-dump-log.sh
+    assert result.text.endswith(
+        f"Found {len(data) - bad} invalid bytes at the end of 00000000000000000000.log\n"
+    )
+    assert result.err == (
+        f"{path.absolute()}: byte {bad} (after offset 2): a batch of "
+        f"{len(batches[3]) + 65536} bytes runs past the end of the file; {len(data) - bad} "
+        "bytes cannot be read as batches\n"
+    )
+    short = _segment(tmp_path / "u-0", 0, b"".join(batches) + b"\x00" * 5)
+    assert cli("dump", str(short)).err == (
+        f"{short.absolute()}: byte {len(data)} (after offset 5): fewer bytes than a batch "
+        "header; 5 bytes cannot be read as batches\n"
+    )

@@ -162,14 +162,24 @@ def _one_segment_log(log_dir: Path) -> tuple[LogManager, Log]:
     return manager, log
 
 
-def test_fill_stops_before_a_batch_that_fails_its_crc_and_refuses_it(log_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("byte", "refusal"),
+    [(-3, "CRC"), (9, "runs past the end of the segment")],
+    ids=["crc", "length"],
+)
+def test_fill_stops_before_a_damaged_batch_and_refuses_it(
+    log_dir: Path, byte: int, refusal: str
+) -> None:
+    # A value byte fails the CRC; a batch length byte runs past the end the daemon
+    # wrote, which is a batch end: damage, not "no further complete batch" (that left
+    # the bytes after it to a read that went on at the next segment, in silence).
     manager, log = _one_segment_log(log_dir)
     with manager:
         segment = log.segments.values()[0]
         rendering = Rendering.of(manager.topic("t"))
         batches = list(log.batches(0))
         good = rendering.render(batches[0]).data
-        _flip_byte(segment.path, batches[1].position + batches[1].size - 3)
+        _flip_byte(segment.path, batches[1].position + byte % batches[1].size)
         arena = memoryview(bytearray(1 << 20))
         files = SegmentFiles()
         try:
@@ -182,8 +192,12 @@ def test_fill_stops_before_a_batch_that_fails_its_crc_and_refuses_it(log_dir: Pa
             assert (result.next_offset, result.position) == (1 * 50, batches[1].position)
             # The next fill begins with the bad batch: refused, nothing served.
             request = request._replace(position=result.position, next_offset=50)
-            with pytest.raises(CorruptRecordError, match="CRC"):
+            with pytest.raises(CorruptRecordError, match=refusal):
                 fill(files, request, arena)
+            if byte == 9:
+                # A read-only mount's view of a segment another process appends to may
+                # end inside the batch in flight: that fill just stops.
+                assert fill(files, request._replace(end_is_final=False), arena).written == 0
         finally:
             files.close()
 
@@ -380,6 +394,41 @@ async def test_a_corrupt_batch_mid_stream_is_eio_and_no_fill_loop(manager: LogMa
         assert after <= requests + 2  # not one failing fill per read before the batch
         await trio.sleep(0.2)
         assert renderer.requests == after
+        await ops.release(fh)
+
+
+@pytest.mark.trio
+async def test_a_damaged_length_in_a_sealed_segment_is_eio_after_the_bytes_before_it(
+    manager: LogManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 17 through the render process: the fills and the daemon's own reads took
+    # the length running past the sealed segment's end for a tail and went on at the
+    # next segment, in silence.
+    async with _streaming(manager, 12_000, 4096) as (ops, renderer, expected):
+        log = manager.log("t", 0)
+        damaged = next(b for b in log.batches(0) if b.base_offset >= 3000)  # at ~12 MiB
+        segment = log.segments.floor_segment(damaged.last_offset)
+        assert segment is not None
+        assert log.segments.higher_segment(segment.base_offset) is not None  # sealed
+        _flip_byte(segment.path, damaged.position + 9)
+        fh = (await ops.open(await inode_of(ops, "/t/0"), os.O_RDONLY, CTX)).fh
+        got = bytearray()
+        codes = []
+        for _ in range(3):  # the read that reaches it, and each read after
+            while True:
+                try:
+                    data = await ops.read(fh, len(got), BLOCK_SIZE)
+                except pyfuse3.FUSEError as error:
+                    codes.append(error.errno)
+                    break
+                assert data, "read to the end past a damaged batch"
+                got += data
+        assert codes == [errno.EIO] * 3
+        assert bytes(got) == expected[: damaged.base_offset * 4096]
+        assert renderer.fills >= 1
+        warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1, warnings
+        assert f"offset {damaged.base_offset}" in warnings[0].getMessage()
         await ops.release(fh)
 
 
