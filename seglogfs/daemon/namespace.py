@@ -9,12 +9,21 @@ every ``stat``. Removing, renaming or truncating anything is refused: records st
 Extended attributes show a partition's state and a topic's config; ``setfattr`` on a
 topic changes its config.
 
+``mkdir`` creates only what can be reached: a name Kafka refuses, or an internal name
+(``__...``) on a mount that hides internal topics, is ``EINVAL`` and an INFO line naming
+the rule. A topic's rendering (``format``, ``key.separator``) changes only before its
+first record and while no write to it is in flight and no open file of it holds a
+partial line (``EBUSY``): a pending line was measured in the old rendering, and the
+position index counts each record in the rendering it is appended under. Files open on
+the topic then follow the new rendering.
+
 Thread-safety: as ``MountState``; namespace changes hold the one admin lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -22,12 +31,22 @@ import stat
 from collections.abc import Sequence
 
 import pyfuse3
+import trio
 
-from storage import ConfigError, StorageError, TopicMetadata, validate_topic_name
+from storage import (
+    ConfigError,
+    InvalidTopicError,
+    Log,
+    StorageError,
+    TopicMetadata,
+    TopicNotEmptyError,
+    validate_topic_name,
+)
 
 from ..positions import Rendering, position_of_offset
 from .handler import fail, handler
-from .nodes import BLOCK_SIZE, PRODUCE_FILE, XATTR_PREFIX, Kind, Node, partition_number
+from .lines import RecordLimit
+from .nodes import BLOCK_SIZE, PRODUCE_FILE, XATTR_PREFIX, Kind, Node, OpenFile, partition_number
 from .state import MountState
 from .views import parse_view_name, resolve_offset
 
@@ -64,6 +83,8 @@ class Namespace(MountState):
             attr.st_nlink = 1
         else:
             log = self._log(node)
+            if node.log is not None and node.log is not log:
+                raise fail(errno.ESTALE)  # a view of a topic deleted since
             self._sync_refresh(log)
             size = log.extension_end
             if kind is Kind.VIEW:
@@ -86,6 +107,8 @@ class Namespace(MountState):
     async def _attributes(self, inode: int) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
         if node.kind is Kind.PARTITION or node.kind is Kind.VIEW:
+            if self._closing:
+                await self._settled(node.topic)
             attr: pyfuse3.EntryAttributes = await self._run(self._sync_attributes, inode, node)
             return attr
         return self._sync_attributes(inode, node)
@@ -121,7 +144,7 @@ class Namespace(MountState):
             if offset is None:
                 return None
             position = position_of_offset(log, rendering, offset)
-            return Node(Kind.VIEW, parent.topic, view.partition, offset, position)
+            return Node(Kind.VIEW, parent.topic, view.partition, offset, position, log)
 
         node_or_none: Node | None = await self._run(resolve)
         if node_or_none is None:
@@ -158,6 +181,8 @@ class Namespace(MountState):
             return await self._attributes(pyfuse3.ROOT_INODE)
         node = await self._child(parent, text)
         inode = self._inode(node)
+        if node.kind is Kind.VIEW:
+            self._nodes[inode] = node  # the log of this resolution, the one to open
         attr = await self._attributes(inode)
         if node.kind is Kind.VIEW:
             # Views are made per resolution (0@latest names a new start as the log
@@ -213,7 +238,10 @@ class Namespace(MountState):
 
     @handler
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
-        entries = self._entries(self._node(fh))[start_id:]
+        node = self._node(fh)
+        if self._closing and node.kind is Kind.TOPIC:
+            await self._settled(node.topic)  # `ls -l` gives sizes, as `stat` does
+        entries = self._entries(node)[start_id:]
         if not entries:
             return
         inodes = [(self._inode(node), node) for _name, node in entries]
@@ -248,9 +276,17 @@ class Namespace(MountState):
         if parent.kind is not Kind.ROOT:
             raise fail(errno.EPERM)  # a topic holds partitions, not directories
         topic = os.fsdecode(name)
-        validate_topic_name(topic)
-        async with self._admin:
-            metadata: TopicMetadata = await self._run(self.manager.create_topic, topic)
+        try:
+            validate_topic_name(topic)
+            if not self._visible(topic):
+                raise InvalidTopicError(
+                    topic, "names starting with '__' are internal topics, shown with -o internal"
+                )
+            async with self._admin:
+                metadata: TopicMetadata = await self._run(self.manager.create_topic, topic)
+        except InvalidTopicError as exc:
+            logger.info("mkdir refused: %s", exc)
+            raise
         for partition in range(metadata.partitions):
             log = self.manager.log(topic, partition)
             self._active_base[(topic, partition)] = log.active_segment.base_offset
@@ -423,8 +459,10 @@ class Namespace(MountState):
         try:
             async with self._admin:
                 if key in ("format", "key.separator"):
-                    await self._run(self._sync_set_rendering, topic, key, text)
+                    await self._change_rendering(topic, key, text)
                 else:
+                    overrides = {**self.manager.topic(topic).overrides, key: text}
+                    self._refuse_outgrown_lines(topic, key, overrides)
                     await self._run(self.manager.alter_topic_config, topic, {key: text})
         except ConfigError as exc:
             logger.warning("setfattr %s on topic %s refused: %s", key, topic, exc)
@@ -437,16 +475,109 @@ class Namespace(MountState):
         if key not in self.manager.topic(topic).overrides:
             raise fail(pyfuse3.ENOATTR)
         async with self._admin:
+            overrides = dict(self.manager.topic(topic).overrides)
+            del overrides[key]
+            self._refuse_outgrown_lines(topic, key, overrides)
             await self._run(self.manager.alter_topic_config, topic, None, [key])
         logger.info("topic %s: removed the override of %s", topic, key)
 
-    def _sync_set_rendering(self, topic: str, key: str, value: str) -> None:
+    def _refuse_outgrown_lines(self, topic: str, key: str, overrides: dict[str, str]) -> None:
+        """``EBUSY`` when the config ``overrides`` would give would make a partial line
+        an open file of ``topic`` holds too large for one record (``max.message.bytes``
+        lowered, ``compression.type`` changed): a write accepted it, so its release must
+        be able to append it. (A change through the control socket is not seen here:
+        then that file's close reports ``EFBIG``.)
+
+        Raises:
+            ConfigError: the overrides are invalid (the caller answers ``EINVAL``).
+        """
+        if key not in ("max.message.bytes", "compression.type"):
+            return
+        metadata = self._metadata(topic)
+        limit = RecordLimit.of(self.manager.broker_config.topic_log_config(overrides), metadata)
+        logs = [self.manager.log(topic, p) for p in range(metadata.partitions)]
+        for of in self._files.values():
+            if of.lines.pending and _of_logs(of, logs) and not limit.fits(of.lines.pending):
+                logger.warning(
+                    "setfattr %s on topic %s refused (EBUSY): a file of the topic holds a "
+                    "partial line of %d bytes that would no longer fit one record",
+                    key,
+                    topic,
+                    len(of.lines.pending),
+                )
+                raise fail(errno.EBUSY)
+
+    async def _change_rendering(self, topic: str, key: str, value: str) -> None:
+        """Set ``format`` or ``key.separator``: fixed once a record exists
+        (``TopicNotEmptyError``), validated (``ConfigError``), ``EBUSY`` while a write to
+        the topic is in flight or a file of it holds a partial line; the engine's order,
+        then the daemon's. Writes arriving meanwhile wait. The caller holds the admin
+        lock."""
         metadata = self._metadata(topic)
         fmt = value if key == "format" else metadata.format
         separator = (value or None) if key == "key.separator" else metadata.key_separator
-        # The rendering decides every position, so the engine fixes it once a record
-        # exists (TopicNotEmptyError: EPERM) and validates it (ConfigError: EINVAL).
-        self.manager.set_topic_rendering(topic, fmt, separator)
-        for partition in range(metadata.partitions):
-            log = self.manager.log(topic, partition)
+        if (fmt, separator) == (metadata.format, metadata.key_separator):
+            return
+        old = [self.manager.log(topic, p) for p in range(metadata.partitions)]
+        # The rendering decides every position, so it is fixed once a record exists.
+        if any(log.log_end_offset > 0 for log in old):
+            raise TopicNotEmptyError(topic, key)
+        dataclasses.replace(metadata, format=fmt, key_separator=separator)  # validates
+        pending = [of for of in self._files.values() if of.lines.pending and _of_logs(of, old)]
+        if pending or self._writes.get(topic):
+            logger.warning(
+                "setfattr %s on topic %s refused (EBUSY): %s",
+                key,
+                topic,
+                "a file of the topic holds a partial line: end it with a newline or close it"
+                if pending
+                else "a write to the topic is in progress",
+            )
+            raise fail(errno.EBUSY)
+        change = self._rendering_changes[topic] = trio.Event()
+        try:
+            new: list[Log] = await self._run(self._sync_set_rendering, topic, fmt, separator)
+        finally:
+            del self._rendering_changes[topic]
+            change.set()
+        self._follow_rendering(topic, old, new)
+
+    def _sync_set_rendering(self, topic: str, fmt: str, separator: str | None) -> list[Log]:
+        # The engine validates again (ConfigError: EINVAL), refuses a topic that holds a
+        # record (TopicNotEmptyError: EPERM), and reopens the partition logs so that their
+        # position index follows the new rendering: new Log objects.
+        metadata = self.manager.set_topic_rendering(topic, fmt, separator)
+        logs = [self.manager.log(topic, p) for p in range(metadata.partitions)]
+        for partition, log in enumerate(logs):
             self._active_base[(topic, partition)] = log.active_segment.base_offset
+        return logs
+
+    def _follow_rendering(self, topic: str, old: list[Log], new: list[Log]) -> None:
+        # The open files and views of the topic were opened on the logs the change
+        # replaced: they go on with their successors (a deleted topic's files, on other
+        # logs, stay dead).
+
+        def successor(log: Log | None) -> Log | None:
+            for before, after in zip(old, new, strict=True):
+                if log is before:
+                    return after
+            return None
+
+        for of in self._files.values():
+            if of.node.topic == topic:
+                for partition, log in list(of.logs.items()):
+                    after = successor(log)
+                    if after is not None:
+                        of.logs[partition] = after
+        for inode, node in list(self._nodes.items()):
+            if node.kind is Kind.VIEW and node.topic == topic:
+                after = successor(node.log)
+                if after is not None:
+                    self._nodes[inode] = dataclasses.replace(node, log=after)
+
+
+def _of_logs(of: OpenFile, logs: list[Log]) -> bool:
+    """Whether ``of`` was opened on (one of) ``logs``: a file of that topic's life."""
+    return any(
+        partition < len(logs) and log is logs[partition] for partition, log in of.logs.items()
+    )

@@ -2,18 +2,22 @@
 
 A ``Node`` is what an inode number stands for (the root, a topic, a partition, a
 topic's ``produce`` file, or a view ``P@<where>``); an ``OpenFile`` is the state of one
-``open`` (shared by its duplicated descriptors). Plain data: thread-safety is the
-daemon's (each open file's requests run one at a time under its ``lock``).
+``open`` (shared by its duplicated descriptors). Topics, partitions and ``produce``
+files are nodes by name (a topic created again under a deleted one's name has the same
+inodes); what a file was opened on is the ``Log`` objects it keeps (``OpenFile.logs``,
+and a view's ``Node.log``), which a deleted topic's successor never shares. Plain data:
+thread-safety is the daemon's (each open file's requests run one at a time under its
+``lock``).
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
-from storage import StickyPartitioner
+from storage import Log, StickyPartitioner
 
 from .lines import LineBuffer
 from .position_reader import PositionReader, Rendered
@@ -46,21 +50,30 @@ class Kind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """What an inode denotes. A view also records the offset it starts at and that
-    record's global byte position (fixed for ever, see ``seglogfs.positions``)."""
+    """What an inode denotes. A view also records the offset it starts at, that
+    record's global byte position (fixed for ever, see ``seglogfs.positions``) and the
+    ``Log`` both were resolved in (not part of the node's identity: the latest lookup
+    of the name sets it, and an open of the view is of that log)."""
 
     kind: Kind
     topic: str = ""
     partition: int = -1
     view_offset: int = -1
     view_position: int = 0
+    log: Log | None = field(default=None, compare=False, repr=False)
 
 
 ROOT_NODE = Node(Kind.ROOT)
 
 
 class OpenFile:
-    """The state of one open file (one ``open``, shared by its duplicated descriptors)."""
+    """The state of one open file (one ``open``, shared by its duplicated descriptors).
+
+    ``logs`` are the partition logs it was opened on, by partition (one for a
+    partition file or a view, every partition for ``produce``): each request checks
+    they are still the topic's (``MountState._opened``), so a handle of a deleted
+    topic never reads or writes a topic created under its name afterwards.
+    """
 
     __slots__ = (
         "append",
@@ -68,6 +81,7 @@ class OpenFile:
         "fill",
         "lines",
         "lock",
+        "logs",
         "node",
         "reader",
         "slots",
@@ -76,8 +90,17 @@ class OpenFile:
         "writable",
     )
 
-    def __init__(self, node: Node, *, writable: bool, append: bool, readable: bool) -> None:
+    def __init__(
+        self,
+        node: Node,
+        logs: dict[int, Log],
+        *,
+        writable: bool,
+        append: bool,
+        readable: bool,
+    ) -> None:
         self.node = node
+        self.logs = logs
         self.writable = writable
         self.append = append
         self.lock = trio.Lock()

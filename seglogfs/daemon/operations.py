@@ -35,7 +35,15 @@ lives until the kernel forgets it. The namespace itself is read from the ``LogMa
 on every lookup and readdir (topics created or deleted through the control socket
 appear and disappear), and entries and attributes are never cached by the kernel
 (timeouts of 0; partition files are ``direct_io``), so ``st_size`` is exact at every
-``stat``.
+``stat``. An open file is bound to the logs it was opened on, not to its name: once its
+topic is deleted it answers ``ESTALE``, also when a topic of that name exists again.
+
+Writes (``write_path``): a partial line ends only at the open file's last close
+(``release``) or ``fsync``, never at ``flush`` (every close of any descriptor, also a
+child's exit); a write that would leave a partial line too large for one record is
+refused, so what was accepted is appended; a ``raw`` write too large for one record is
+cut into records that fit, appended together; a topic's rendering changes only while
+no write to it is in flight and no open file of it holds a partial line.
 
 Thread-safety: the handlers run on the trio thread; the ``_sync_*`` helpers they hand to
 worker threads touch the engine (thread-safe), the open file they were given (its lock

@@ -2,6 +2,10 @@
 
 Every file is opened ``direct_io``: every read reaches the daemon (exact sizes, no
 stale page cache, positions that follow the per-file shift of ``PositionReader``).
+An open file keeps the logs it was opened on (a view: the log it was resolved in at
+lookup); a read of a topic deleted since answers ``ESTALE``, also when a topic of the
+same name exists, and a read waits for a release appending a final partial line to the
+topic (``MountState._settled``).
 Bytes rendered ahead are answered on the event loop (slices of memory, no file
 touched); the rest in a worker thread, which renders ``READ_AHEAD`` past the read. A
 sequential reader of a large file streams through the render process
@@ -29,7 +33,7 @@ from storage.log.segment import LogSegment
 
 from ..positions import Rendering
 from .handler import REQUEST_LOG, fail, handler
-from .nodes import BLOCK_SIZE, Kind, Node, OpenFile
+from .nodes import BLOCK_SIZE, Kind, OpenFile
 from .position_reader import PositionReader, Rendered
 from .renderer import SLOT_BYTES, SLOTS_PER_FILE, Renderer
 from .state import MountState
@@ -78,23 +82,32 @@ class ReadPath(MountState):
         if writing and self.read_only:
             raise fail(errno.EROFS)
         if node.kind is Kind.PARTITION:
-            self._log(node)
+            logs = {node.partition: self._log(node)}
             if flags & os.O_TRUNC:
                 raise fail(errno.EPERM)  # `>`: the records stay; `>>` appends
         elif node.kind is Kind.PRODUCE:
-            self._metadata(node.topic)
+            partitions = self._metadata(node.topic).partitions
+            logs = {p: self.manager.log(node.topic, p) for p in range(partitions)}
             if access != os.O_WRONLY:
                 raise fail(errno.EACCES)  # write-only: it has nothing to read
         elif writing or flags & os.O_TRUNC:
             raise fail(errno.EPERM)  # a view is read-only
+        else:
+            # The log the view was resolved in at lookup: its start means nothing in a
+            # topic created under the same name since.
+            log = self._log(node)
+            if node.log is not None and node.log is not log:
+                raise fail(errno.ESTALE)
+            logs = {node.partition: log}
         of = OpenFile(
             node,
+            logs,
             writable=writing,
             append=bool(flags & os.O_APPEND),
             readable=access != os.O_WRONLY,
         )
         if node.kind is Kind.PRODUCE:
-            of.sticky = StickyPartitioner(self._metadata(node.topic).partitions)
+            of.sticky = StickyPartitioner(len(logs))
         fh = next(self._next_fh)
         self._files[fh] = of
         # direct_io: every read and write reaches the daemon (exact sizes, no stale
@@ -108,31 +121,31 @@ class ReadPath(MountState):
         reader = of.reader
         if reader is None:
             raise fail(errno.EBADF)
+        if self._closing:
+            await self._settled(of.node.topic)
         async with of.lock:
             # Bytes rendered ahead (here or by the render process) are answered on the
             # event loop (slices of memory, no file touched); the rest in a worker
             # thread. A fill still outstanding may bring the bytes asked for, and must
             # not change the kept bytes under a worker thread: wait for it first.
-            log = self._log(of.node)
+            log = self._opened_log(of)
             data: Any = reader.read_rendered(log, off, size)
             while data is None and of.fill is not None:
                 await of.fill.wait()
                 data = reader.read_rendered(log, off, size)
             if data is None:
                 ahead = 0 if of.slots else READ_AHEAD
-                data = await self._run(self._sync_read, of.node, reader, off, size, ahead)
+                data = await self._run(self._sync_read, of, log, off, size, ahead)
             self._start_fill(of, reader, log)
         if REQUEST_LOG.enabled:
             logger.debug("read fh=%d off=%d size=%d: %d bytes", fh, off, size, len(data))
         return data  # type: ignore[no-any-return]
 
-    def _sync_read(
-        self, node: Node, reader: PositionReader, off: int, size: int, ahead: int
-    ) -> Any:
-        log = self._log(node)
+    def _sync_read(self, of: OpenFile, log: Log, off: int, size: int, ahead: int) -> Any:
         self._sync_refresh(log)
-        rendering = Rendering.of(self._metadata(node.topic))
-        return reader.read(log, rendering, off, size, ahead)
+        rendering = Rendering.of(self._metadata(of.node.topic))
+        assert of.reader is not None
+        return of.reader.read(log, rendering, off, size, ahead)
 
     def _start_fill(self, of: OpenFile, reader: PositionReader, log: Log) -> None:
         # After a sequential read: have the render process render the bytes after the
@@ -227,6 +240,6 @@ class ReadPath(MountState):
             # Keep the render process busy: the next fill now, not after the next read
             # (a read in progress starts it itself when it ends).
             try:
-                self._start_fill(of, reader, self._log(of.node))
+                self._start_fill(of, reader, self._opened_log(of))
             except Exception as exc:  # the topic is gone: its next read says so
                 logger.debug("no next fill for %s: %r", of.node, exc)

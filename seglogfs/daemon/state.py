@@ -7,24 +7,34 @@ life; view inodes until the kernel forgets them), the open files by handle, the 
 to worker threads (``run_sync``), the render process's slots, and the read-only
 mount's refresh of a live writer's changes.
 
-Thread-safety: the tables change on the trio thread only; ``_sync_refresh`` and
-``_log`` run in worker threads too and touch only the engine (thread-safe) and a dict
-whose single get/set operations the GIL keeps atomic.
+It also keeps what makes a write do what was asked while the namespace changes under
+it: each open file's request checks that the logs it was opened on are still its
+topic's (``_opened``: a handle of a deleted topic answers ``ESTALE``, also once a topic
+of the same name exists); the write requests in flight per topic and the topics whose
+rendering is changing (``_writing``: a format change waits for none and is refused
+while any is in flight or pending, writes wait for it); and the releases appending a
+final partial line (``_settled``: requests that arrive after a release wait for it).
+
+Thread-safety: the tables change on the trio thread only; ``_sync_refresh``, ``_log``
+and ``_opened`` run in worker threads too and touch only the engine (thread-safe), the
+open file whose lock the request holds, and a dict whose single get/set operations the
+GIL keeps atomic.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pyfuse3
 import trio
 
-from storage import Log, LogManager, TopicMetadata
+from storage import Log, LogManager, TopicMetadata, UnknownTopicError
 
 from .handler import fail
 from .nodes import ROOT_NODE, Node, OpenFile
@@ -67,6 +77,11 @@ class MountState(pyfuse3.Operations):
         self._lookups: dict[int, int] = {}  # the kernel's lookup count of view inodes
         self._files: dict[int, OpenFile] = {}
         self._next_fh = itertools.count(1)
+        # Write requests in flight per topic; topics whose rendering is being changed
+        # (set when the change ends); releases appending a partial line (likewise).
+        self._writes: dict[str, int] = {}
+        self._rendering_changes: dict[str, trio.Event] = {}
+        self._closing: dict[OpenFile, trio.Event] = {}
         self._renderer: Renderer | None = None
         self._background: trio.Nursery | None = None
         self._admin = trio.Lock()
@@ -107,6 +122,54 @@ class MountState(pyfuse3.Operations):
         if of is None:
             raise fail(errno.EBADF)
         return of
+
+    def _opened(self, of: OpenFile) -> dict[int, Log]:
+        """The logs ``of`` was opened on, by partition, while they are its topic's.
+
+        Cost: a dictionary lookup per partition.
+
+        Raises:
+            FUSEError(ESTALE): the topic was deleted since ``of`` was opened (whether or
+                not a topic of the same name exists now); the handle never reaches it.
+        """
+        topic = of.node.topic
+        for partition, log in of.logs.items():
+            try:
+                current = self.manager.log(topic, partition)
+            except UnknownTopicError:
+                raise fail(errno.ESTALE) from None
+            if current is not log:
+                raise fail(errno.ESTALE)
+        return of.logs
+
+    def _opened_log(self, of: OpenFile) -> Log:
+        """The log of a partition file or view ``of``. Raises: as ``_opened``."""
+        return self._opened(of)[of.node.partition]
+
+    @contextlib.asynccontextmanager
+    async def _writing(self, topic: str) -> AsyncIterator[None]:
+        """Count a request that may append to ``topic`` while it runs, after waiting
+        for a change of the topic's rendering to end (no checkpoint when none runs)."""
+        while (change := self._rendering_changes.get(topic)) is not None:
+            await change.wait()
+        self._writes[topic] = self._writes.get(topic, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._writes[topic] - 1
+            if left:
+                self._writes[topic] = left
+            else:
+                del self._writes[topic]
+
+    async def _settled(self, topic: str) -> None:
+        """Wait for the releases of ``topic``'s files that are appending a final partial
+        line: a request that arrives after a release sees its record."""
+        while self._closing:
+            waiting = [event for of, event in self._closing.items() if of.node.topic == topic]
+            if not waiting:
+                return
+            await waiting[0].wait()
 
     def _visible(self, topic: str) -> bool:
         return self.show_internal or not topic.startswith("__")

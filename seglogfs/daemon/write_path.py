@@ -2,10 +2,27 @@
 
 Bytes written to a partition or ``produce`` file become records through ``lines``:
 each complete line of a ``lines`` topic is a record, each ``write()`` to a ``raw``
-topic is one. Everything complete in one ``write()`` is one ``Log.append``, done in a
-worker thread before the write returns; a partial line waits in its open file's
-``LineBuffer``. Writes always append, whatever the offset the kernel passes; a write
-below the end without ``O_APPEND`` would be a write into the middle: ``EPERM``.
+topic is one (or, over ``max.message.bytes``, the fewest that fit, appended together).
+Everything complete in one ``write()`` is one ``Log.append``, done in a worker thread
+before the write returns. Writes always append, whatever the offset the kernel passes;
+a write below the end without ``O_APPEND`` would be a write into the middle: ``EPERM``.
+
+A partial line waits in its open file's ``LineBuffer``. Only the last close of the open
+file (``release``) or ``fsync`` makes it a record of its own: the kernel sends
+``flush`` on every ``close()`` of any descriptor of the open file, also when a child
+process that inherited one exits, and the writer may go on writing the line after it.
+A write whose partial line could not be one record is refused (``EFBIG``), so the
+line accepted is the record appended at release. The kernel sends ``release`` after the
+last ``close()`` has returned, so that close cannot report the append: ``flush``
+reports what would make it fail (``ESTALE`` for a deleted topic, ``EFBIG`` when
+``max.message.bytes`` was lowered since), release logs a failure, and a request that
+arrives after the release (a lookup of one of the topic's files, as ``stat``, ``cat``
+and ``ls -l`` make, or a read) waits for the append (``MountState._settled``).
+``fsync`` before ``close`` appends it with the error reported.
+
+Every request checks that the logs the file was opened on are still its topic's
+(``MountState._opened``): a handle of a deleted topic answers ``ESTALE`` and never
+writes into a topic created under the same name.
 
 Thread-safety: as ``MountState``; the requests of one open file run one at a time (its
 ``lock``), so a writer's lines keep their order.
@@ -13,14 +30,18 @@ Thread-safety: as ``MountState``; the requests of one open file run one at a tim
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
+from collections.abc import Iterator
 
-from storage import AppendInfo, Log, StorageError, TopicMetadata
+import pyfuse3
+import trio
 
-from ..positions import Rendering
+from storage import AppendInfo, Log, ReadOnlyLogError, StorageError
+
 from .handler import REQUEST_LOG, fail, handler
-from .lines import append_lines, append_raw, produce_lines
+from .lines import RecordLimit, append_lines, append_raw, produce_lines
 from .nodes import Kind, OpenFile
 from .state import MountState
 
@@ -37,7 +58,7 @@ class WritePath(MountState):
         of = self._file(fh)
         if not of.writable:
             raise fail(errno.EBADF)
-        async with of.lock:
+        async with self._writing(of.node.topic), of.lock:
             written: int = await self._run(self._sync_write, of, off, buf)
         if REQUEST_LOG.enabled:
             logger.debug("write fh=%d off=%d size=%d: %d written", fh, off, len(buf), written)
@@ -45,35 +66,32 @@ class WritePath(MountState):
 
     def _sync_write(self, of: OpenFile, off: int, buf: bytes) -> int:
         node = of.node
-        metadata = self._metadata(node.topic)
         if node.kind is Kind.PARTITION:
-            log = self._log(node)
+            log = self._opened_log(of)
             if not of.append and off < log.extension_end:
                 # Without O_APPEND the kernel's offset is where the writer believes it
                 # writes: below the end that would be the middle of the file.
                 raise fail(errno.EPERM)
-            limit = log.config.max_message_bytes
-        else:
-            # Every partition of a topic has the topic's config: no need to rebuild it.
-            limit = self.manager.log(node.topic, 0).config.max_message_bytes
-        if metadata.format == "raw":
-            if buf:
-                self._append_raw(of, buf)
+        limit = self._limit(of)
+        with _stale_if_closed(of):
+            if limit.raw:
+                if buf:
+                    self._append_raw(of, limit, buf)
+                return len(buf)
+            complete, tail = of.lines.split(buf, limit)
+            if complete:
+                appended = self._append_lines(of, limit, complete)
+                if appended < len(complete):
+                    # A short write: the lines after `appended` were refused (the pending
+                    # partial line went out with the first of them); the writer sends the
+                    # rest again and meets the error then.
+                    consumed = appended - len(of.lines.pending)
+                    of.lines.commit(b"")
+                    return consumed
+            of.lines.commit(tail)
             return len(buf)
-        complete, tail = of.lines.split(buf, limit)
-        if complete:
-            appended = self._append_lines(of, metadata, complete)
-            if appended < len(complete):
-                # A short write: the lines after `appended` were refused (the pending
-                # partial line went out with the first of them); the writer sends the
-                # rest again and meets the error then.
-                consumed = appended - len(of.lines.pending)
-                of.lines.commit(b"")
-                return consumed
-        of.lines.commit(tail)
-        return len(buf)
 
-    def _append_raw(self, of: OpenFile, data: bytes) -> None:
+    def _append_raw(self, of: OpenFile, limit: RecordLimit, data: bytes) -> None:
         node = of.node
         if node.kind is Kind.PARTITION:
             partition = node.partition
@@ -81,24 +99,22 @@ class WritePath(MountState):
             assert of.sticky is not None
             partition = of.sticky.partition()
             of.sticky.next_batch()
-        self._note_append(
-            node.topic, partition, append_raw(self.manager.log(node.topic, partition), data)
-        )
+        self._note_append(node.topic, partition, append_raw(of.logs[partition], data, limit))
 
-    def _append_lines(self, of: OpenFile, metadata: TopicMetadata, data: bytes) -> int:
+    def _append_lines(self, of: OpenFile, limit: RecordLimit, data: bytes) -> int:
         node = of.node
-        separator = Rendering.of(metadata).key_separator
         if node.kind is Kind.PARTITION:
-            appended, infos = append_lines(self._log(node), data, separator)
+            appended, infos = append_lines(of.logs[node.partition], data, limit.separator)
             for info in infos:
                 self._note_append(node.topic, node.partition, info)
             return appended
         assert of.sticky is not None
+        logs = of.logs
 
         def log_of(partition: int) -> Log:
-            return self.manager.log(node.topic, partition)
+            return logs[partition]
 
-        appended, produced = produce_lines(log_of, metadata.partitions, data, separator, of.sticky)
+        appended, produced = produce_lines(log_of, len(logs), data, limit, of.sticky)
         for partition, info in produced:
             self._note_append(node.topic, partition, info)
         return appended
@@ -110,19 +126,34 @@ class WritePath(MountState):
         if previous is not None and previous != info.segment_base_offset:
             logger.info("%s-%d: rolled to segment %d", topic, partition, info.segment_base_offset)
 
+    def _limit(self, of: OpenFile) -> RecordLimit:
+        # Every partition of a topic has the topic's config: any of its logs will do.
+        config = next(iter(self._opened(of).values())).config
+        return RecordLimit.of(config, self._metadata(of.node.topic))
+
     def _sync_append_pending(self, of: OpenFile) -> None:
-        # Close (and fsync) end a partial line: it becomes a record of its own.
+        # Release and fsync end a partial line: it becomes a record of its own.
         data = of.lines.completed()
         if data:
-            self._append_lines(of, self._metadata(of.node.topic), data)
+            limit = self._limit(of)
+            with _stale_if_closed(of):
+                self._append_lines(of, limit, data)
             of.lines.commit(b"")
+
+    def _sync_check_pending(self, of: OpenFile) -> None:
+        # What would make the release's append fail, told to close(): the topic is gone,
+        # or the line no longer fits (max.message.bytes lowered since it was accepted).
+        if of.lines.pending and not self._limit(of).fits(of.lines.pending):
+            raise fail(errno.EFBIG)
 
     @handler
     async def flush(self, fh: int) -> None:
+        # Every close() of a descriptor of the open file, also the exit of a child that
+        # inherited one: the open file lives on, and so does its partial line.
         of = self._file(fh)
         if of.lines.pending:
             async with of.lock:
-                await self._run(self._sync_append_pending, of)
+                await self._run(self._sync_check_pending, of)
 
     @handler
     async def release(self, fh: int) -> None:
@@ -131,30 +162,52 @@ class WritePath(MountState):
             return
         try:
             if of.lines.pending:
-                async with of.lock:
-                    await self._run(self._sync_append_pending, of)
+                # Registered before the first await: the requests the kernel sent after
+                # this release wait for its record (MountState._settled).
+                done = self._closing[of] = trio.Event()
+                try:
+                    async with self._writing(of.node.topic), of.lock:
+                        await self._run(self._sync_release_pending, of)
+                finally:
+                    del self._closing[of]
+                    done.set()
         finally:
             del self._files[fh]
             of.closed = True
             if of.fill is None:  # else the fill frees the slots when it ends
                 self._free_slots(of)
 
+    def _sync_release_pending(self, of: OpenFile) -> None:
+        # Nobody hears the answer to a release (close() has returned): say it in the log.
+        size = len(of.lines.pending)
+        try:
+            self._sync_append_pending(of)
+        except pyfuse3.FUSEError as exc:
+            if exc.errno != errno.ESTALE:
+                raise
+            logger.info(
+                "%s: a partial line of %d bytes dropped at close: its topic was deleted",
+                of.node.topic,
+                size,
+            )
+        except (StorageError, OSError) as exc:
+            logger.error(
+                "%s: a partial line of %d bytes lost at close: %s", of.node.topic, size, exc
+            )
+
     @handler
     async def fsync(self, fh: int, datasync: bool) -> None:
         of = self._file(fh)
         if not of.writable:
             return
-        async with of.lock:
+        async with self._writing(of.node.topic), of.lock:
             await self._run(self._sync_fsync, of)
 
     def _sync_fsync(self, of: OpenFile) -> None:
+        logs = self._opened(of)
         self._sync_append_pending(of)
-        node = of.node
-        if node.kind is Kind.PARTITION:
-            self._log(node).flush()
-        else:
-            for partition in range(self._metadata(node.topic).partitions):
-                self.manager.log(node.topic, partition).flush()
+        for log in logs.values():
+            log.flush()
 
     def finish(self) -> int:
         """Append the partial lines of files still open (the daemon is stopping; their
@@ -166,7 +219,19 @@ class WritePath(MountState):
                 try:
                     self._sync_append_pending(of)
                     done += 1
-                except (StorageError, OSError) as exc:
+                except (StorageError, OSError, pyfuse3.FUSEError) as exc:
                     logger.error("partial line of an open file lost at shutdown: %s", exc)
         self._files.clear()
         return done
+
+
+@contextlib.contextmanager
+def _stale_if_closed(of: OpenFile) -> Iterator[None]:
+    # The engine's "log closed" while an append ran: when the open file's log is the
+    # one closed, its topic was deleted (or its rendering changed) under the request.
+    try:
+        yield
+    except ReadOnlyLogError:
+        if any(log.closed for log in of.logs.values()):
+            raise fail(errno.ESTALE) from None
+        raise

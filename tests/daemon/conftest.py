@@ -12,6 +12,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import trio
+
+from seglogfs.daemon.operations import Operations
+from seglogfs.positions import position_index_spec
+from storage import BrokerConfig, LogManager
+from tests.conftest import ManualClock
 
 ROOT = Path(__file__).resolve().parents[2]
 HAVE_FUSE = os.path.exists("/dev/fuse")
@@ -19,6 +25,37 @@ needs_fuse = pytest.mark.skipif(not HAVE_FUSE, reason="/dev/fuse is missing")
 
 MOUNT_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+
+
+# -- handlers without a kernel --------------------------------------------------------
+
+
+async def run_sync(fn: object, *args: object) -> object:
+    """The daemon's bridge to worker threads, as the mount passes it."""
+    return await trio.to_thread.run_sync(fn, *args)  # type: ignore[arg-type]
+
+
+def open_manager(log_dir: Path, clock: ManualClock | None = None, **kwargs: object) -> LogManager:
+    """A writable ``LogManager`` keeping the position index, as the daemon opens it;
+    ``partitions`` sets ``num.partitions``."""
+    broker = BrokerConfig(log_dirs=(str(log_dir),), num_partitions=kwargs.pop("partitions", 1))  # type: ignore[arg-type]
+    if clock is None:
+        return LogManager.open(log_dir, broker, extension=position_index_spec, **kwargs)  # type: ignore[arg-type]
+    return LogManager.open(log_dir, broker, clock=clock, extension=position_index_spec, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def manager(log_dir: Path, clock: ManualClock) -> Iterator[LogManager]:
+    with open_manager(log_dir, clock) as manager:
+        yield manager
+
+
+@pytest.fixture
+def ops(manager: LogManager) -> Operations:
+    return Operations(manager, run_sync)
+
+
+# -- real mounts ------------------------------------------------------------------------
 
 
 def is_mounted(path: Path) -> bool:

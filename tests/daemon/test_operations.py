@@ -10,42 +10,19 @@ import errno
 import logging
 import os
 import random
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyfuse3
 import pytest
-import trio
 
 from seglogfs.daemon.operations import Kind, Operations
-from seglogfs.positions import position_index_spec
-from storage import BrokerConfig, LogConfig, LogManager, partition_for_key
+from storage import LogConfig, LogManager, partition_for_key
 from tests.conftest import ManualClock
+
+from .conftest import open_manager, run_sync
 
 CTX = pyfuse3.RequestContext()
 APPEND = os.O_WRONLY | os.O_APPEND
-
-
-async def run_sync(fn: object, *args: object) -> object:
-    return await trio.to_thread.run_sync(fn, *args)  # type: ignore[arg-type]
-
-
-def open_manager(log_dir: Path, clock: ManualClock | None = None, **kwargs: object) -> LogManager:
-    broker = BrokerConfig(log_dirs=(str(log_dir),), num_partitions=kwargs.pop("partitions", 1))  # type: ignore[arg-type]
-    if clock is None:
-        return LogManager.open(log_dir, broker, extension=position_index_spec, **kwargs)  # type: ignore[arg-type]
-    return LogManager.open(log_dir, broker, clock=clock, extension=position_index_spec, **kwargs)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def manager(log_dir: Path, clock: ManualClock) -> Iterator[LogManager]:
-    with open_manager(log_dir, clock) as manager:
-        yield manager
-
-
-@pytest.fixture
-def ops(manager: LogManager) -> Operations:
-    return Operations(manager, run_sync)
 
 
 async def inode_of(ops: Operations, path: str) -> int:
@@ -166,7 +143,7 @@ async def test_partial_line_waits_for_newline_or_close(
     assert log.log_end_offset == 0  # nothing appended yet
     await ops.write(fh, 0, b"def\ngh")
     assert [r.value for r in log.records(0)] == [b"abcdef"]
-    await ops.flush(fh)  # close(): the partial line becomes a record
+    await ops.flush(fh)  # close(): flush, then (the last close) release appends it
     await ops.release(fh)
     assert [r.value for r in log.records(0)] == [b"abcdef", b"gh"]
     assert await read_all(ops, "/t/0") == b"abcdef\ngh\n"

@@ -29,9 +29,9 @@ from seglogfs.daemon.renderer import SLOT_BYTES, SLOTS, SLOTS_PER_FILE, Renderer
 from seglogfs.positions import Rendering, position_index_spec
 from storage import CorruptRecordError, Log, LogManager
 from tests.conftest import ManualClock
-from tests.daemon.conftest import MountDir, needs_fuse
+from tests.daemon.conftest import MountDir, needs_fuse, open_manager, run_sync
 from tests.daemon.test_kafka_copy import CODECS, legacy_batch, v2_batch
-from tests.daemon.test_operations import CTX, inode_of, open_manager, run_sync
+from tests.daemon.test_operations import CTX, inode_of
 
 MIB = 1 << 20
 

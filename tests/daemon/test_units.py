@@ -16,11 +16,19 @@ from hypothesis import strategies as st
 
 from seglogfs.daemon import sd_notify
 from seglogfs.daemon.errno_map import errno_for
-from seglogfs.daemon.lines import LineBuffer, append_lines, batch_estimate, line_chunks, split_lines
+from seglogfs.daemon.lines import (
+    LineBuffer,
+    RecordLimit,
+    append_lines,
+    batch_estimate,
+    line_chunks,
+    split_lines,
+)
 from seglogfs.daemon.mount import MALLOC_TUNING_ENV, tune_malloc
 from seglogfs.daemon.views import ViewName, parse_view_name
 from seglogfs.positions import position_index_spec
 from storage import (
+    CompressionType,
     ConfigError,
     CorruptRecordError,
     InvalidTopicError,
@@ -134,16 +142,19 @@ def test_split_lines_with_and_without_separator() -> None:
 
 def test_line_buffer_keeps_partial_lines() -> None:
     buffer = LineBuffer()
-    assert buffer.split(b"abc", 100) == (b"", b"abc")
+    limit = RecordLimit(200, CompressionType.NONE, None)
+    assert buffer.split(b"abc", limit) == (b"", b"abc")
     buffer.commit(b"abc")
-    assert buffer.split(b"def\ngh", 100) == (b"abcdef\n", b"gh")
+    assert buffer.split(b"def\ngh", limit) == (b"abcdef\n", b"gh")
     buffer.commit(b"gh")
-    assert buffer.split(b"\n", 100) == (b"gh\n", b"")
+    assert buffer.split(b"\n", limit) == (b"gh\n", b"")
     assert buffer.completed() == b"gh\n"
     buffer.commit(b"")
     assert buffer.completed() == b""
+    # The partial line must fit one record: a 200-byte batch holds 130 bytes of value.
+    assert buffer.split(b"x" * 130, limit) == (b"", b"x" * 130)
     with pytest.raises(RecordTooLargeError):
-        buffer.split(b"x" * 101, 100)
+        buffer.split(b"x" * 131, limit)
     assert buffer.pending == b""
 
 
@@ -172,9 +183,10 @@ def test_any_chunking_of_writes_gives_one_record_per_line(
         m.create_topic("t", 1, {"max.message.bytes": str(limit)})
         log = m.log("t", 0)
         buffer = LineBuffer()
+        record_limit = RecordLimit(limit, CompressionType.NONE, None)
         bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
         for lo, hi in itertools.pairwise(bounds):
-            complete, tail = buffer.split(data[lo:hi], limit)
+            complete, tail = buffer.split(data[lo:hi], record_limit)
             if complete:
                 appended, _infos = append_lines(log, complete, None)
                 assert appended == len(complete)
