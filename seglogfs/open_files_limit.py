@@ -6,7 +6,10 @@ login shell, 1024, ends a ``seglogfs mount`` or a ``seglogfs consume`` at a few 
 segments with "Too many open files" (seen: ``consume`` of one topic in a log directory
 of 4,000 segments). The hard limit is the administrator's (systemd's default 524288;
 the unit sets ``LimitNOFILE``); the soft limit is a process's own to raise up to it,
-which the JVM does at start for the same reason and Kafka's brokers rely on.
+which the JVM does at start for the same reason and Kafka's brokers rely on. The
+engine's partition maximums (``max.topic.partitions``, ``max.broker.partitions``:
+4,000 partitions, 16,000 descriptors for their active segments) keep what a directory
+holds open at any time to a quarter of the unit's 65,536.
 
 The soft limit of 1024 exists for programs that pass descriptors to ``select()``,
 which cannot take numbers from 1024 up: these processes use ``epoll`` (trio) and

@@ -16,7 +16,8 @@ modules:
   (``file_names``).
 
 At the top level, beside them: the one exception tree of both (``errors``), the clock
-and the atomic file replacement the log uses (``clock``, ``atomic_file``), Kafka's key
+and the atomic file replacement the log uses (``clock``, ``atomic_file``), numbers read
+from text as Java reads them, bounded before they are built (``number``), Kafka's key
 partitioner (``partitioner``) and the choice of build (``_build``).
 
 The public API is this module's ``__all__``; the subpackages re-export nothing.

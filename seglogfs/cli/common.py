@@ -28,6 +28,7 @@ __all__ = [
     "Parents",
     "Parser",
     "UsageError",
+    "broker_config_of",
     "existing_log_dir",
     "log_dir_of",
     "open_read_only",
@@ -107,17 +108,31 @@ def open_read_only(log_dir: Path) -> LogManager:
     return LogManager.open(log_dir, read_only=True)
 
 
-def open_writable(log_dir: Path, args: argparse.Namespace) -> LogManager:
+def broker_config_of(log_dir: Path, args: argparse.Namespace) -> BrokerConfig:
+    """The broker config a writing command works with: ``--broker-config``, else
+    Kafka's defaults, for ``log_dir``.
+
+    Raises:
+        ConfigError: the broker config file has a bad value.
+        OSError: the broker config file cannot be read.
+    """
+    if args.broker_config is None:
+        return BrokerConfig(log_dirs=(str(log_dir),))
+    return BrokerConfig.from_properties(load_properties(args.broker_config))
+
+
+def open_writable(
+    log_dir: Path, args: argparse.Namespace, broker: BrokerConfig | None = None
+) -> LogManager:
     """Open for writing as the daemon does: with the broker config it was given
-    (``--broker-config``, else Kafka's defaults) and the file system's position index,
-    so that every append here keeps the ``.seglogpos`` files the mount reads in step.
+    (``broker``, else ``broker_config_of``) and the file system's position index, so
+    that every append here keeps the ``.seglogpos`` files the mount reads in step.
 
     Raises:
         LogDirLockedError: another process writes the directory.
         ConfigError: the broker config file has a bad value.
         OSError: the broker config file cannot be read.
     """
-    broker = None
-    if args.broker_config is not None:
-        broker = BrokerConfig.from_properties(load_properties(args.broker_config))
+    if broker is None:
+        broker = broker_config_of(log_dir, args)
     return LogManager.open(log_dir, broker, extension=position_index_spec)

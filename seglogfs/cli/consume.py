@@ -30,6 +30,7 @@ from storage import (
     SegmentDeletedError,
     render_batch,
 )
+from storage.number import abbreviated, decimal_long
 
 from .common import (
     EXIT_OK,
@@ -55,29 +56,33 @@ def parse_offset_spec(spec: str) -> tuple[str, int]:
         UsageError: anything else.
     """
     text = spec.strip()
+    shown = abbreviated(spec)
     if text in ("beginning", "earliest"):
         return ("beginning", 0)
     if text in ("end", "latest"):
         return ("end", 0)
     if text.startswith("@"):
         when = text[1:]
-        if when.isdigit():
-            return ("time", int(when))
+        millis = decimal_long(when)
+        if millis is not None:
+            return ("time", millis)
         try:
             moment = datetime.fromisoformat(when)
         except ValueError:
             raise UsageError(
-                f"bad offset spec {spec!r}: after '@' give epoch milliseconds or an ISO 8601 time"
+                f"bad offset spec {shown!r}: after '@' give epoch milliseconds or an ISO 8601 time"
             ) from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=UTC)  # as the file system's 0@TIME views
         return ("time", round(moment.timestamp() * 1000))
-    if text.startswith("-") and text[1:].isdigit():
-        return ("last", int(text[1:]))
-    if text.isdigit():
-        return ("offset", int(text))
+    last = decimal_long(text[1:]) if text.startswith("-") else None
+    if last is not None:
+        return ("last", last)
+    offset = decimal_long(text)
+    if offset is not None:
+        return ("offset", offset)
     raise UsageError(
-        f"bad offset spec {spec!r}: use beginning, end, N, -N or @TIME (epoch ms or ISO 8601)"
+        f"bad offset spec {shown!r}: use beginning, end, N, -N or @TIME (epoch ms or ISO 8601)"
     )
 
 

@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Sequence
 
 from storage import StorageError, TopicExistsError, UnknownTopicError
+from storage.number import INT_MAX, INT_MIN, abbreviated, parse_java_integer
 
 from .. import control
 from .common import (
@@ -18,6 +19,7 @@ from .common import (
     Parents,
     Parser,
     UsageError,
+    broker_config_of,
     existing_log_dir,
     log_dir_of,
     open_read_only,
@@ -34,6 +36,16 @@ def _topic_name(args: argparse.Namespace) -> str:
     if not name:
         raise UsageError("a topic is required")
     return name
+
+
+def _partition_count(text: str) -> int:
+    """``--partitions``, read as ``kafka-topics.sh`` reads it: a Java ``int`` (the
+    engine then checks it against ``max.topic.partitions``)."""
+    value = parse_java_integer(text, INT_MIN, INT_MAX)
+    if value is None:
+        # argparse's own wording for a bad int, with a value of 5,000 digits shortened.
+        raise argparse.ArgumentTypeError(f"invalid int value: {abbreviated(text)!r}")
+    return value
 
 
 def _parse_config_pairs(pairs: Sequence[str] | None, option: str) -> dict[str, str]:
@@ -62,7 +74,13 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
                 key_separator=args.key_separator,
             )
         else:
-            with open_writable(log_dir, args) as manager:
+            broker = broker_config_of(log_dir, args)
+            # What the engine checks first, checked before LogManager.open creates a
+            # missing log directory: a refused request leaves nothing behind.
+            if args.partitions is not None:
+                broker.validated_partition_count(args.partitions)
+            broker.topic_log_config(config)
+            with open_writable(log_dir, args, broker) as manager:
                 manager.create_topic(
                     name,
                     args.partitions,
@@ -179,7 +197,10 @@ def add_parser(commands: argparse._SubParsersAction[Parser], shared: Parents) ->
     )
     topic_arguments(create)
     create.add_argument(
-        "--partitions", type=int, metavar="N", help="partition count (default num.partitions)"
+        "--partitions",
+        type=_partition_count,
+        metavar="N",
+        help="partition count (default num.partitions; at most max.topic.partitions, 1000)",
     )
     create.add_argument(
         "--config",

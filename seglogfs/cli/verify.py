@@ -16,11 +16,16 @@ What is checked, each problem reported with its file and byte position:
 - ``.timeindex``: whole 12-byte entries, timestamps and offsets never decreasing, each
   entry naming a batch by its last offset whose max timestamp is the entry's;
 - the position index (``.seglogpos``, the file system's extension index): whole
-  12-byte entries, entry 0 at the segment's base offset, each entry at a batch start
-  with exactly the rendered bytes of every earlier record of the partition as its
-  units, and each segment starting where the previous one ended.
+  12-byte entries; entry 0 names the segment's start (its base offset, with or
+  without a batch there: a new or rolled segment is empty) at the units where the
+  previous segment ended, or, for the oldest segment, at 0 when it starts at offset 0
+  and else where ``seglogpos-start-checkpoint`` says when it names the segment (that
+  file must parse); every later entry at a batch start with exactly the rendered
+  bytes of every earlier record of the partition as its units.
 
-Missing indexes are not problems: the engine rebuilds them. Files are read directly
+Missing indexes are not problems: the engine rebuilds them. Partition directories of
+a deleted topic whose removal is still pending (``deleting`` in ``seglog-topics.json``)
+are skipped, as the engine skips them. Files are read directly
 (index files before their ``.log``, so that a writer appending meanwhile never makes
 an entry look dangling); no ``Log`` is opened, so verification sees the bytes as they
 are, not as recovery would make them, and it runs beside a writer.
@@ -42,8 +47,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from seglogfs.positions import position_index_spec
 from storage import CorruptRecordError, RecordBatch, StorageError, TopicMetadata, iter_batches
-from storage.log.checkpoint import read_offset_checkpoint
+from storage.log.checkpoint import read_extension_start_checkpoint, read_offset_checkpoint
 from storage.log.file_names import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
@@ -52,7 +58,7 @@ from storage.log.file_names import (
     offset_from_file_name,
     parse_topic_partition_name,
 )
-from storage.log.topic import read_topics_file
+from storage.log.topic import read_topics_document
 from storage.record.render import rendered_size
 
 from .common import (
@@ -146,8 +152,10 @@ def verify_log_dir(log_dir: Path, *, progress: bool = False) -> list[Problem]:
     """
     problems: list[Problem] = []
     topics: dict[str, TopicMetadata] = {}
+    deleting: frozenset[str] = frozenset()
     try:
-        topics = read_topics_file(log_dir / SEGLOG_TOPICS_FILE)
+        document = read_topics_document(log_dir / SEGLOG_TOPICS_FILE)
+        topics, deleting = document.topics, document.deleting
     except StorageError as exc:
         problems.append(Problem(log_dir / SEGLOG_TOPICS_FILE, None, str(exc)))
     checkpoints: dict[str, dict[tuple[str, int], int]] = {}
@@ -162,7 +170,7 @@ def verify_log_dir(log_dir: Path, *, progress: bool = False) -> list[Problem]:
     partitions: list[tuple[tuple[str, int], Path]] = []
     for entry in sorted(os.listdir(log_dir)):
         parsed = parse_topic_partition_name(entry)
-        if parsed is not None and (log_dir / entry).is_dir():
+        if parsed is not None and parsed[0] not in deleting and (log_dir / entry).is_dir():
             partitions.append((parsed, log_dir / entry))
     total = sum(_segment_bytes(directory) for _tp, directory in partitions)
     with tqdm(total=total, unit="B", unit_scale=True, desc="verify", disable=not progress) as bar:
@@ -177,6 +185,8 @@ def verify_log_dir(log_dir: Path, *, progress: bool = False) -> list[Problem]:
                     continue
             verifier = _PartitionVerifier(directory, metadata, writer, problems, bar)
             end = verifier.run()
+            if not directory.is_dir():
+                continue  # deleted while we looked: its checkpoint entries go next
             for name, limit_name in (
                 (RECOVERY_POINT_CHECKPOINT, "recovery point"),
                 (LOG_START_OFFSET_CHECKPOINT, "log start offset"),
@@ -207,6 +217,8 @@ class _PartitionVerifier:
     ) -> None:
         self.directory = directory
         self.raw = metadata.format == "raw"
+        self.start_checkpoint = directory / position_index_spec(metadata).start_checkpoint_name
+        self.checkpointed_start: tuple[int, int] | None = None  # read by ``run``
         separator = metadata.key_separator
         self.separator = separator.encode() if separator is not None else None
         self.writer = writer
@@ -218,6 +230,13 @@ class _PartitionVerifier:
 
     def run(self) -> int:
         """Check every segment; return the log end offset."""
+        # The units at the start of the segment it names never change: a writer
+        # replacing it meanwhile (retention, close) never makes it disagree.
+        try:
+            self.checkpointed_start = read_extension_start_checkpoint(self.start_checkpoint)
+        except StorageError as exc:
+            self.problem(self.start_checkpoint, None, str(exc))
+            self.checkpointed_start = None
         bases: list[int] = []
         try:
             names = list(self.directory.iterdir())
@@ -453,13 +472,15 @@ class _PartitionVerifier:
         if first_relative != 0:
             self.problem(path, 0, "entry 0 does not name the segment's base offset")
             return None
-        if expected_start is not None and start != expected_start:
-            self.problem(
-                path,
-                0,
-                f"segment starts at position {start}, but the previous segment ends at "
-                f"{expected_start}",
-            )
+        for expected, source in (
+            (expected_start, "the previous segment ends at"),
+            (0 if segment.base_offset == 0 else None, "no record comes before offset"),
+            (self._checkpointed_start(segment.base_offset), f"{self.start_checkpoint.name} says"),
+        ):
+            if expected is not None and start != expected:
+                self.problem(
+                    path, 0, f"segment starts at position {start}, but {source} {expected}"
+                )
         # Cumulative rendered bytes before each batch start of the segment.
         before: dict[int, int] = {}
         units = start
@@ -470,7 +491,9 @@ class _PartitionVerifier:
                 decodable = False
                 break
             units += batch.units
-        for _slot, at, (indexed_units, relative) in entries:
+        # Entry 0 names the segment's start, checked above: a segment has one before its
+        # first batch is appended, and it stays when recovery or truncation empties it.
+        for _slot, at, (indexed_units, relative) in entries[1:]:
             offset = segment.base_offset + relative
             if offset not in before:
                 if decodable:
@@ -489,6 +512,10 @@ class _PartitionVerifier:
             if units_b < units_a or rel_b <= rel_a:
                 self.problem(path, at_b, "entries go back in position or offset")
         return units if decodable else None
+
+    def _checkpointed_start(self, base_offset: int) -> int | None:
+        checkpoint = self.checkpointed_start
+        return checkpoint[1] if checkpoint is not None and checkpoint[0] == base_offset else None
 
 
 __all__ = ["POSITION_INDEX_SUFFIX", "Problem", "verify_log_dir"]

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ..atomic_file import write_atomically
 from ..errors import CorruptCheckpointError
+from ..number import parse_java_integer
 
 __all__ = [
     "CHECKPOINT_VERSION",
@@ -50,16 +51,12 @@ _LONG_RANGE = (-(2**63), 2**63 - 1)
 _LINE_END = re.compile(r"\r\n|\r|\n")
 # Kafka splits entries on \s+, which in Java is ASCII whitespace only.
 _FIELD_SEPARATOR = re.compile(r"[ \t\n\x0b\f\r]+")
-_JAVA_INT = re.compile(r"[+-]?[0-9]+")
 _WHITESPACE = frozenset(" \t\n\x0b\f\r")
 
 
 def _parse_java_int(text: str, bounds: tuple[int, int]) -> int | None:
     """``Integer.parseInt`` / ``Long.parseLong``: sign and ASCII digits, in range."""
-    if _JAVA_INT.fullmatch(text) is None:
-        return None
-    value = int(text)
-    return value if bounds[0] <= value <= bounds[1] else None
+    return parse_java_integer(text, *bounds)
 
 
 def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:

@@ -8,7 +8,9 @@ Lifecycle of a writable manager (``LogManager.open``):
 1. take the writer lock (one writer process per log directory);
 2. read the topic metadata, the recovery-point and log-start-offset checkpoints and
    whether ``.kafka_cleanshutdown`` exists;
-3. load every partition (recovering each after an unclean shutdown);
+3. load every partition (recovering each after an unclean shutdown); directories of
+   deleted topics (``deleting`` in the metadata) are not partitions: they are renamed
+   away and removed with the ``-delete`` directories a crash left (``delete_topic``);
 4. remove the clean-shutdown marker: from now on a crash must be noticed.
 
 ``close()`` flushes every log, writes both checkpoints, then the marker, then releases
@@ -25,7 +27,6 @@ import logging
 import os
 import shutil
 import threading
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -49,7 +50,10 @@ from .file_names import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     SEGLOG_TOPICS_FILE,
+    delete_dir_name,
+    is_delete_dir_name,
     parse_topic_partition_name,
+    partition_dir_name_problem,
     topic_partition_dir_name,
 )
 from .lock_file import LogDirLock
@@ -58,7 +62,7 @@ from .log_config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig
 from .topic import (
     TopicMetadata,
     collision_key,
-    read_topics_file,
+    read_topics_document,
     validate_topic_name,
     write_topics_file,
 )
@@ -66,6 +70,9 @@ from .topic import (
 logger = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+LOG_DIR_MODE = 0o750
+"""The mode of a log directory ``LogManager.open`` creates (narrowed by the umask)."""
 
 ExtensionFactory = Callable[[TopicMetadata], ExtensionIndexSpec | None]
 """Chooses each topic's extension index (or none), e.g. from its format."""
@@ -112,11 +119,15 @@ class LogManager:
         self._lock = threading.RLock()
         self._dir_lock = LogDirLock(log_dir)
         self._topics: dict[str, TopicMetadata] = {}
+        # Deleted topics whose partition directories may remain (``delete_topic``).
+        self._deleting: frozenset[str] = frozenset()
         self._logs: dict[TopicPartition, Log] = {}
         # The (device, inode) of each partition directory a read-only log was opened on.
         self._dir_ids: dict[TopicPartition, tuple[int, int] | None] = {}
         # Read-only: partitions found on disk, opened on first use (``log``, ``logs``).
         self._unopened: set[TopicPartition] = set()
+        # Topics found only as directories that are not loaded (``_with_found_topics``).
+        self._ignored: set[str] = set()
         self._closed = False
 
     @classmethod
@@ -129,7 +140,8 @@ class LogManager:
         read_only: bool = False,
         extension: ExtensionFactory | None = None,
     ) -> LogManager:
-        """Open the log directory (creating it when writable) and load every log.
+        """Open the log directory (creating it, mode 0750, when writable) and load every
+        log.
 
         Read-only, the topics are read now and each partition's log is opened on first
         use (``log``, ``logs``): a reader of one topic maps that topic's segments only
@@ -152,7 +164,9 @@ class LogManager:
             if not path.is_dir():
                 raise StorageError(f"log directory {path} does not exist")
         else:
-            path.mkdir(parents=True, exist_ok=True)
+            # 0750: the segments follow the umask (0644 under 022), so a directory the
+            # engine makes keeps them from other users; an existing one keeps its mode.
+            path.mkdir(mode=LOG_DIR_MODE, parents=True, exist_ok=True)
         manager = cls(path, broker_config, clock=clock, read_only=read_only, extension=extension)
         if not read_only:
             manager._dir_lock.acquire()
@@ -169,12 +183,11 @@ class LogManager:
         had_clean_shutdown = marker.exists()
         recovery_points = read_offset_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = read_offset_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
-        self._topics = read_topics_file(self.log_dir / SEGLOG_TOPICS_FILE)
-        found = self._partition_dirs()
-        for topic, partitions in found.items():
-            if topic not in self._topics:
-                # A topic Kafka (or an older copy) made: defaults, count from the dirs.
-                self._topics[topic] = TopicMetadata(topic, max(partitions) + 1)
+        document = read_topics_document(self.log_dir / SEGLOG_TOPICS_FILE)
+        self._topics = self._with_found_topics(
+            document.topics, self._partition_dirs(), document.deleting
+        )
+        self._deleting = document.deleting
         for metadata in self._topics.values():
             config = self.topic_config(metadata.name)
             for partition in range(metadata.partitions):
@@ -196,13 +209,51 @@ class LogManager:
                 )
                 self._dir_ids[tp] = _directory_identity(directory)
         if not self.read_only:
-            self._remove_deleted_topic_dirs()
+            if self._deleting:
+                try:
+                    self._finish_deletions(self._deleting)
+                except OSError as exc:
+                    logger.warning(
+                        "deleted topics %s not removed yet: %s", sorted(self._deleting), exc
+                    )
+            self._remove_delete_dirs()
             self.checkpoint()
             # Crash safety: the marker goes only after the checkpoints reflect the
             # recovered logs; from here on a crash must trigger recovery next time.
             if had_clean_shutdown:
                 marker.unlink()
                 fsync_directory(self.log_dir)
+
+    def _with_found_topics(
+        self,
+        recorded: Mapping[str, TopicMetadata],
+        found: Mapping[str, set[int]],
+        deleting: frozenset[str],
+    ) -> dict[str, TopicMetadata]:
+        """The recorded topics plus those found only as partition directories: a topic
+        a Kafka broker (or an older copy) made gets the defaults and a partition count
+        from its directories. Directories of a deleted topic (``deleting``) are none of
+        these, nor those of a topic whose count would exceed ``max.topic.partitions``
+        (``t-2000000000`` alone made a topic whose missing partitions a writable open
+        created without end): they are left alone, with a warning."""
+        topics = dict(recorded)
+        limit = self.broker_config.max_topic_partitions
+        for topic, partitions in found.items():
+            if topic in topics or topic in deleting:
+                continue
+            count = max(partitions) + 1
+            if count <= limit:
+                topics[topic] = TopicMetadata(topic, count)
+            elif topic not in self._ignored:
+                self._ignored.add(topic)
+                logger.warning(
+                    "ignoring the directories of topic %s: they name partition %d, and "
+                    "a topic has at most max.topic.partitions (%d)",
+                    topic,
+                    count - 1,
+                    limit,
+                )
+        return topics
 
     def _open_unopened(self, tps: Iterable[TopicPartition]) -> None:
         """Open read-only logs found earlier (the caller holds ``self._lock``).
@@ -259,10 +310,51 @@ class LogManager:
             found.setdefault(parsed[0], set()).add(parsed[1])
         return found
 
-    def _remove_deleted_topic_dirs(self) -> None:
+    def _remove_delete_dirs(self) -> None:
+        # What a delete renamed away before a crash (or a Kafka broker before its own).
         for name in os.listdir(self.log_dir):
-            if name.endswith("-delete") and (self.log_dir / name).is_dir():
+            if is_delete_dir_name(name) and (self.log_dir / name).is_dir():
+                logger.info("removing %s, left by a topic deletion", name)
                 shutil.rmtree(self.log_dir / name, ignore_errors=True)
+
+    def _finish_deletions(self, names: frozenset[str]) -> None:
+        """Remove what is left of the deleted topics ``names`` (the caller holds
+        ``self._lock``, and ``names`` are in ``self._deleting``): rename each of their
+        partition directories to a ``delete_dir_name``, write both checkpoints (they no
+        longer name those partitions), clear the names from ``deleting`` in the
+        metadata file, then remove the renamed directories.
+
+        Raises:
+            OSError: a step failed. The names stay in ``deleting`` and their remaining
+                directories stay hidden; the next open (or a ``create_topic`` of one
+                of the names) tries again.
+        """
+        renamed: list[Path] = []
+        failure: OSError | None = None
+        try:
+            for entry in sorted(os.listdir(self.log_dir)):
+                parsed = parse_topic_partition_name(entry)
+                if parsed is None or parsed[0] not in names:
+                    continue
+                if not (self.log_dir / entry).is_dir():
+                    continue
+                target = self.log_dir / delete_dir_name(*parsed)
+                try:
+                    os.rename(self.log_dir / entry, target)
+                except OSError as exc:
+                    failure = failure or exc  # rename the others all the same
+                    continue
+                renamed.append(target)
+            fsync_directory(self.log_dir)
+            self.checkpoint()
+            if failure is not None:
+                raise failure
+            self._commit_topics(self._topics, self._deleting - names)
+        finally:
+            # Renamed directories are garbage from the moment of their rename, whatever
+            # failed after it: a crash leaves them to ``_remove_delete_dirs``.
+            for path in renamed:
+                shutil.rmtree(path, ignore_errors=True)
 
     # -- topics ----------------------------------------------------------------------
 
@@ -292,15 +384,32 @@ class LogManager:
     ) -> TopicMetadata:
         """Create a topic with ``partitions`` (default ``num.partitions``) partitions.
 
-        The metadata file is written first: it is the commit point. A crash before it
-        leaves nothing; after it, missing partition directories are created on the
-        next open.
+        Everything is validated before anything is written, the partition count
+        against ``max.topic.partitions`` and, with the partitions the directory holds,
+        ``max.broker.partitions`` (``BrokerConfig.validated_partition_count``): each
+        partition holds descriptors, and a directory with more than a process may open
+        would never open again. The metadata file is written first: it is the commit
+        point. A crash before it leaves nothing; after it, missing partition
+        directories are created on the next open. A partition log that fails to open
+        (``EMFILE`` included) undoes the create (as a ``delete_topic``, after closing
+        the logs it opened), so a failed create leaves no topic behind. What a deleted
+        topic of the same name left on disk (see ``delete_topic``) is removed first,
+        never adopted.
+
+        Cost: about four descriptors and three mappings per partition, held while the
+        topic exists; a directory and four files created per partition.
 
         Raises:
             InvalidTopicError: the name breaks Kafka's rules or collides ('.' vs '_').
             TopicExistsError: the topic exists.
-            ConfigError: a bad override, partition count, format or separator.
+            ConfigError: a bad override, format or separator, a partition count that
+                is no whole number or is over either maximum, a setting the engine
+                does not honour yet, or a partition directory name longer than a file
+                name may be.
             ReadOnlyLogError: the manager is read-only.
+            OSError: the metadata file cannot be written, a partition log cannot be
+                created, or a deleted topic's directory of that name cannot be
+                removed; no topic was created.
         """
         with self._lock:
             self._check_writable()
@@ -312,23 +421,55 @@ class LogManager:
             for existing in self._topics:
                 if collision_key(existing) == collision_key(name):
                     raise InvalidTopicError(name, f"collides with existing topic {existing!r}")
+            self.broker_config.validated_partition_count(
+                partitions, sum(topic.partitions for topic in self._topics.values())
+            )
+            problem = partition_dir_name_problem(name, partitions)
+            if problem is not None:
+                raise ConfigError("partitions", partitions, problem)
             log_config = self.broker_config.topic_log_config(metadata.overrides)
-            self._topics[name] = metadata
+            log_config.require_supported()
+            if name in self._deleting:
+                self._finish_deletions(frozenset({name}))
+            self._commit_topics({**self._topics, name: metadata}, self._deleting)
             try:
-                self._write_topics()
+                for partition in range(partitions):
+                    self._logs[(name, partition)] = Log.open(
+                        self.log_dir / topic_partition_dir_name(name, partition),
+                        log_config,
+                        clock=self.clock,
+                        extension=self._extension_for(metadata),
+                    )
+                fsync_directory(self.log_dir)
             except BaseException:
-                del self._topics[name]
+                self._undo_create(metadata)
                 raise
-            for partition in range(partitions):
-                self._logs[(name, partition)] = Log.open(
-                    self.log_dir / topic_partition_dir_name(name, partition),
-                    log_config,
-                    clock=self.clock,
-                    extension=self._extension_for(metadata),
-                )
-            fsync_directory(self.log_dir)
             logger.info("created topic %s with %d partition(s)", name, partitions)
             return metadata
+
+    def _undo_create(self, metadata: TopicMetadata) -> None:
+        """Delete the topic a failed ``create_topic`` committed (the caller holds
+        ``self._lock``); a failure of the undo is logged, the create's error raised.
+
+        The order is important below. The create may have failed for want of
+        descriptors (``EMFILE``: other clients of a daemon hold the rest), and the undo
+        writes the metadata file and both checkpoints, which need a few: the logs the
+        create opened (four descriptors each) are closed first, before ``_delete``
+        writes anything. The topic goes whole, as in a delete.
+        """
+        for partition in range(metadata.partitions):
+            log = self._logs.pop((metadata.name, partition), None)
+            if log is not None:
+                try:
+                    log.close()
+                except (OSError, StorageError) as exc:
+                    logger.warning(
+                        "topic %s: closing partition %d: %s", metadata.name, partition, exc
+                    )
+        try:
+            self._delete(metadata)
+        except Exception:
+            logger.exception("topic %s: undoing a failed create failed", metadata.name)
 
     def alter_topic_config(
         self,
@@ -353,8 +494,9 @@ class LogManager:
                 overrides.pop(key, None)
             overrides.update(set_configs or {})
             config = self.broker_config.topic_log_config(overrides)
-            self._topics[name] = metadata.with_overrides(overrides)
-            self._write_topics()
+            self._commit_topics(
+                {**self._topics, name: metadata.with_overrides(overrides)}, self._deleting
+            )
             for partition in range(metadata.partitions):
                 log = self._logs.get((name, partition))
                 if log is not None:
@@ -386,12 +528,7 @@ class LogManager:
             if any(log.log_end_offset > 0 for log in logs):
                 raise TopicNotEmptyError(name, "format")
             changed = replace(metadata, format=format, key_separator=key_separator)
-            self._topics[name] = changed
-            try:
-                self._write_topics()
-            except BaseException:
-                self._topics[name] = metadata
-                raise
+            self._commit_topics({**self._topics, name: changed}, self._deleting)
             config = self.topic_config(name)
             for partition, log in enumerate(logs):
                 log.close()
@@ -402,32 +539,65 @@ class LogManager:
             return changed
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic and all its data.
+        """Delete a topic and all its data: all of it or, on a failure or a crash
+        before the commit point, none of it.
 
-        The metadata entry goes first (the commit point), then each partition
-        directory is renamed to Kafka's ``<dir>.<uuid>-delete`` form and removed; a
-        crash in between leaves ``-delete`` directories the next open removes.
+        The metadata file is the commit point: it drops the topic and records its name
+        in ``deleting``. Then the partition logs close, each partition directory is
+        renamed to a ``delete_dir_name`` (Kafka's ``<topic>-<p>.<uuid>-delete``, the
+        topic part cut to fit a file name), both checkpoints are written, the name
+        leaves ``deleting``, and the renamed directories are removed. A step after
+        the commit that fails only delays the removal of what is left (hidden from
+        every view: the topic is deleted) to the next open or to a ``create_topic``
+        of the name; it is logged, not raised.
+
+        Cost: one metadata write, two checkpoint writes, a rename and a removal per
+        partition, a scan of the log directory.
 
         Raises:
             UnknownTopicError: no such topic.
             ReadOnlyLogError: the manager is read-only.
+            OSError: the metadata file cannot be written: nothing was deleted.
         """
         with self._lock:
             self._check_writable()
-            metadata = self.topic(name)
-            del self._topics[name]
-            self._write_topics()
-            for partition in range(metadata.partitions):
-                log = self._logs.pop((name, partition), None)
-                if log is not None:
-                    log.close()
-                directory = self.log_dir / topic_partition_dir_name(name, partition)
-                if directory.exists():
-                    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
-                    os.rename(directory, doomed)
-                    shutil.rmtree(doomed, ignore_errors=True)
-            fsync_directory(self.log_dir)
+            self._delete(self.topic(name))
             logger.info("deleted topic %s", name)
+
+    def _delete(self, metadata: TopicMetadata) -> None:
+        # The order is important below. Until the metadata file drops the topic, the
+        # topic is whole: nothing else was touched, its logs still serve. That write is
+        # the commit point, and it names the topic in ``deleting`` so that from then on
+        # its partition directories, wherever a crash or a failed rename leaves them,
+        # are never loaded as a topic a Kafka broker made (the loader's rule for
+        # directories the metadata does not name) nor adopted by a new topic of the
+        # name: the next open and ``create_topic`` rename them away first. Renames
+        # come before removal, so that a directory is never half removed under its
+        # partition name. The checkpoints are rewritten before ``deleting`` lets go
+        # of the name: a topic created again must not inherit the old partitions'
+        # log start offsets or recovery points (Kafka's ``asyncDelete`` checkpoints
+        # right after its rename for the same reason). Last the removal, which a
+        # crash interrupts harmlessly: ``-delete`` directories are removed on open.
+        name = metadata.name
+        topics = {k: v for k, v in self._topics.items() if k != name}
+        self._commit_topics(topics, self._deleting | {name})
+        for partition in range(metadata.partitions):
+            tp = (name, partition)
+            self._unopened.discard(tp)
+            self._dir_ids.pop(tp, None)
+            log = self._logs.pop(tp, None)
+            if log is None:
+                continue
+            try:
+                log.close()
+            except (OSError, StorageError) as exc:
+                logger.warning("deleting %s-%d: closing its log failed: %s", name, partition, exc)
+        try:
+            self._finish_deletions(frozenset({name}))
+        except OSError as exc:
+            logger.warning(
+                "deleted topic %s; its directories are removed at the next open: %s", name, exc
+            )
 
     def log(self, topic: str, partition: int) -> Log:
         """The log of one partition.
@@ -577,12 +747,9 @@ class LogManager:
         a new one is opened on what is there now, on first use.
         """
         with self._lock:
-            topics = read_topics_file(self.log_dir / SEGLOG_TOPICS_FILE)
+            document = read_topics_document(self.log_dir / SEGLOG_TOPICS_FILE)
             found = self._partition_dirs()
-            for topic, partitions in found.items():
-                if topic not in topics:
-                    # A topic Kafka (or an older copy) made: defaults, count from the dirs.
-                    topics[topic] = TopicMetadata(topic, max(partitions) + 1)
+            topics = self._with_found_topics(document.topics, found, document.deleting)
             for tp, log in list(self._logs.items()):
                 directory = self.log_dir / topic_partition_dir_name(*tp)
                 identity = _directory_identity(directory)
@@ -591,9 +758,16 @@ class LogManager:
                     del self._logs[tp]
                     self._dir_ids.pop(tp, None)
             self._topics = topics
+            self._deleting = document.deleting
             # New partitions (and those re-created) are opened on first use, like the
-            # ones found at open; partitions gone since are forgotten.
-            on_disk = {(topic, p) for topic, partitions in found.items() for p in partitions}
+            # ones found at open; partitions gone since, and those a deletion in
+            # progress leaves, are forgotten.
+            on_disk = {
+                (topic, p)
+                for topic, partitions in found.items()
+                if topic in topics
+                for p in partitions
+            }
             self._unopened = on_disk - self._logs.keys()
             for log in self._logs.values():
                 log.refresh()
@@ -606,8 +780,16 @@ class LogManager:
         if self._closed:
             raise ReadOnlyLogError(f"log directory {self.log_dir} is closed")
 
-    def _write_topics(self) -> None:
-        write_topics_file(self.log_dir / SEGLOG_TOPICS_FILE, self._topics)
+    def _commit_topics(self, topics: dict[str, TopicMetadata], deleting: frozenset[str]) -> None:
+        """Write the metadata file, then make ``topics`` and ``deleting`` the manager's
+        (the caller holds ``self._lock``): a failed write changes nothing.
+
+        Raises:
+            OSError: the file could not be written.
+        """
+        write_topics_file(self.log_dir / SEGLOG_TOPICS_FILE, topics, deleting)
+        self._topics = topics
+        self._deleting = frozenset(n for n in deleting if n not in topics)
 
     def _close_logs(self) -> None:
         for log in self._logs.values():

@@ -5,19 +5,33 @@ A topic has a partition count, seglogfs' fixed rendering (``format`` and
 overrides. All topics live in one JSON file, ``seglog-topics.json``, replaced
 atomically. The file is optional: topics found only as partition directories (a copy
 of a Kafka broker's log directory) get the defaults.
+
+Layout (version 1)::
+
+    {"version": 1,
+     "topics": {"<name>": {"partitions": 3, "format": "lines", "key.separator": null,
+                           "config": {"retention.ms": "86400000"}}, ...},
+     "deleting": ["<name>", ...]}
+
+``deleting`` (optional, absent when empty) names deleted topics whose partition
+directories may still exist: the metadata file is a topic deletion's commit point, and
+this list is what keeps the directories left behind by a crash or a failed rename from
+being taken for a topic a Kafka broker made (see ``LogManager.delete_topic``). Readers
+that predate it ignore the key.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
 from ..atomic_file import write_atomically
 from ..errors import ConfigError, InvalidTopicError, StorageError
+from ..number import INT_MAX, shown_integer
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
@@ -49,7 +63,13 @@ def collision_key(name: str) -> str:
 
 @dataclass(frozen=True)
 class TopicMetadata:
-    """One topic's fixed facts and its config overrides (topic-level Kafka names)."""
+    """One topic's fixed facts and its config overrides (topic-level Kafka names).
+
+    Raises:
+        InvalidTopicError: (on construction) a name that breaks Kafka's rules.
+        ConfigError: (on construction) a partition count that is no whole number from
+            1 to Kafka's INT maximum, an unknown format, or a bad separator.
+    """
 
     name: str
     partitions: int
@@ -59,8 +79,16 @@ class TopicMetadata:
 
     def __post_init__(self) -> None:
         validate_topic_name(self.name)
+        if not isinstance(self.partitions, int) or isinstance(self.partitions, bool):
+            raise ConfigError("partitions", self.partitions, "must be a whole number")
         if self.partitions < 1:
-            raise ConfigError("partitions", self.partitions, "must be at least 1")
+            raise ConfigError("partitions", shown_integer(self.partitions), "must be at least 1")
+        if self.partitions > INT_MAX:
+            # Kafka's partition count is an INT; a creation never gets this far (see
+            # BrokerConfig.validated_partition_count), a hand-edited file may.
+            raise ConfigError(
+                "partitions", shown_integer(self.partitions), "Not a number of type INT"
+            )
         if self.format not in FORMATS:
             raise ConfigError("format", self.format, f"must be one of {', '.join(FORMATS)}")
         if self.key_separator is not None:
@@ -83,8 +111,26 @@ class TopicMetadata:
         }
 
 
+@dataclass(frozen=True)
+class TopicsDocument:
+    """What the metadata file records: the topics, and the deleted topics whose
+    partition directories may remain (never one of ``topics``)."""
+
+    topics: dict[str, TopicMetadata]
+    deleting: frozenset[str] = frozenset()
+
+
 def read_topics_file(path: Path) -> dict[str, TopicMetadata]:
     """All topics recorded in ``path``; an absent file records none.
+
+    Raises:
+        StorageError: the file is not what ``write_topics_file`` writes.
+    """
+    return read_topics_document(path).topics
+
+
+def read_topics_document(path: Path) -> TopicsDocument:
+    """The topics and the deletions in progress recorded in ``path`` (none when absent).
 
     Raises:
         StorageError: the file is not what ``write_topics_file`` writes.
@@ -92,7 +138,7 @@ def read_topics_file(path: Path) -> dict[str, TopicMetadata]:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return {}
+        return TopicsDocument({})
     try:
         document = json.loads(data.decode("utf-8"))
         if not isinstance(document, dict) or document.get("version") != _FILE_VERSION:
@@ -112,7 +158,13 @@ def read_topics_file(path: Path) -> dict[str, TopicMetadata]:
                 key_separator=separator,
                 overrides=overrides,
             )
-        return topics
+        deleting = _typed(document, "deleting", list, default=[])
+        if not all(isinstance(name, str) for name in deleting):
+            raise ValueError("'deleting' must list topic names")
+        for name in deleting:
+            validate_topic_name(name)
+        # A name both live and deleting is live: its directories are never removed.
+        return TopicsDocument(topics, frozenset(n for n in deleting if n not in topics))
     except (ValueError, TypeError, AttributeError, StorageError) as exc:
         raise StorageError(f"malformed topic metadata file {path}: {exc}") from exc
 
@@ -130,10 +182,20 @@ def _typed(entry: object, key: str, kind: type[_T], default: _T | None = None) -
     return value
 
 
-def write_topics_file(path: Path, topics: Mapping[str, TopicMetadata]) -> None:
-    """Replace ``path`` atomically with every topic's metadata."""
-    document = {
+def write_topics_file(
+    path: Path, topics: Mapping[str, TopicMetadata], deleting: Iterable[str] = ()
+) -> None:
+    """Replace ``path`` atomically with every topic's metadata and the names of the
+    deleted topics whose directories may remain (``deleting``).
+
+    Raises:
+        OSError: the write failed; ``path`` keeps its previous content.
+    """
+    document: dict[str, object] = {
         "version": _FILE_VERSION,
         "topics": {name: topics[name].to_json() for name in sorted(topics)},
     }
+    pending = sorted(set(deleting) - topics.keys())
+    if pending:
+        document["deleting"] = pending
     write_atomically(path, (json.dumps(document, indent=2) + "\n").encode("utf-8"))

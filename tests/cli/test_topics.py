@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 from pathlib import Path
 
+import pytest
+import trio
+
+from seglogfs import control
 from storage import LogManager
-from tests.cli.conftest import Cli
+from tests.cli.conftest import SCRIPT, Cli, strip_build_notice
+from tests.conftest import ManualClock
+from tests.control.test_control import call, serving
+from tests.storage.log.test_lock_file import (
+    as_user,
+    flock_command,
+    holding,
+    older_version_layout,
+    other_user,
+    shared_dir,
+)
+from tests.storage.log.test_log_manager import open_files_limit
+
+__all__ = ["other_user", "shared_dir"]  # fixtures, used by name
 
 
 def test_create_with_every_option(cli: Cli, log_dir: Path) -> None:
@@ -199,3 +218,152 @@ def test_broker_config_file_gives_the_defaults(cli: Cli, log_dir: Path, tmp_path
     assert missing.err == (
         f"seglogfs topics create: error: {tmp_path / 'none'}: No such file or directory\n"
     )
+
+
+def test_delete_a_topic_with_the_longest_name(cli: Cli, log_dir: Path) -> None:
+    """Issue #16 (5): the ``.<uuid>-delete`` name of a 249-character topic's partition
+    directory was 291 bytes, the rename failed with "File name too long" after the
+    topic had left the metadata, and creating the name again brought the old data
+    back. Kafka cuts the topic part of that name to fit 255 bytes; so does the engine."""
+    name = "t" * 249
+    assert cli("topics", "create", name, "--partitions", "2").code == 0
+    assert cli("produce", name, "-p", "1", stdin=b"old data\n").code == 0
+    result = cli("topics", "delete", name)
+    assert (result.code, result.text, result.err) == (0, f"Deleted topic {name}.\n", "")
+    assert cli("topics", "list").text == ""
+    assert [entry for entry in os.listdir(log_dir) if entry.startswith("t")] == []
+    assert cli("topics", "create", name, "--partitions", "2").code == 0
+    assert cli("consume", name).out == b""
+    assert cli("verify", "-q").code == 0
+
+
+# --- Bounds (issue #18) ---------------------------------------------------------------
+
+
+def test_a_partition_count_over_the_maximum_is_refused_before_anything_is_made(
+    cli: Cli, log_dir: Path, tmp_path: Path
+) -> None:
+    """Issue #18 (1): ``--partitions 100000`` ran for 53 s, left 5,000 partition
+    directories and a log directory no command could open again ("Too many open
+    files"). Now: exit 2 naming the bound, nothing made, not even a missing log
+    directory."""
+    assert cli("topics", "create", "small").code == 0
+    before = sorted(os.listdir(log_dir))
+    with open_files_limit(200):
+        result = cli("topics", "create", "big", "--partitions", "100000")
+    assert (result.code, result.text) == (2, "")
+    assert result.err == (
+        "seglogfs topics create: error: invalid value 100000 for configuration partitions: "
+        "more than max.topic.partitions (1000) for one topic\n"
+    )
+    assert sorted(os.listdir(log_dir)) == before
+    assert cli("topics", "list").text == "small\n"
+    fresh = tmp_path / "fresh"
+    with open_files_limit(200):
+        missing = cli("topics", "create", "big", "--partitions", "100000", "-d", str(fresh))
+    assert missing.code == 2
+    assert not fresh.exists()
+    bounded = tmp_path / "server.properties"
+    bounded.write_text("max.topic.partitions=100000\nmax.broker.partitions=4\n")
+    over = cli("topics", "create", "four", "--partitions", "4", "--broker-config", str(bounded))
+    assert over.code == 2
+    assert "max.broker.partitions (4)" in over.err
+    assert sorted(os.listdir(log_dir)) == before
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("9" * 5000, id="5000-nines"),
+        pytest.param("99999999999999999999", id="over-long"),
+        pytest.param("2147483648", id="over-int"),
+        pytest.param("3.0", id="decimal"),
+    ],
+)
+def test_partitions_that_are_no_int_are_a_usage_error(cli: Cli, log_dir: Path, value: str) -> None:
+    result = cli("topics", "create", "big", "--partitions", value)
+    assert result.code == 2
+    assert result.err.startswith(
+        "seglogfs topics create: error: argument --partitions: invalid int value: "
+    )
+    assert len(result.err) < 200
+    assert os.listdir(log_dir) == []
+
+
+def test_config_values_of_thousands_of_digits_are_a_usage_error(cli: Cli, log_dir: Path) -> None:
+    """Issue #18 (6): ``--config retention.ms=<5,000 nines>`` gave a traceback and
+    exit 1 (``int()`` refuses over 4,300 digits). Now exit 2 with the usual line,
+    the value shortened."""
+    nines = "9" * 5000
+    expected = (
+        "error: invalid value '9999999999999999999999999999...9999999999 (5000 characters)' "
+        "for configuration retention.ms: Not a number of type LONG\n"
+    )
+    created = cli("topics", "create", "t", "--config", f"retention.ms={nines}")
+    assert (created.code, created.err) == (2, f"seglogfs topics create: {expected}")
+    assert os.listdir(log_dir) == []
+    assert cli("topics", "create", "t").code == 0
+    altered = cli("topics", "alter", "t", "--add-config", f"retention.ms={nines}")
+    assert (altered.code, altered.err) == (2, f"seglogfs topics alter: {expected}")
+    ones = cli("topics", "alter", "t", "--add-config", "segment.bytes=" + "1" * 65000)
+    assert ones.code == 2
+    assert "segment.bytes: Not a number of type INT" in ones.err
+    assert cli("topics", "describe", "t").text.startswith("Topic: t\tPartitionCount: 1\t")
+    assert "Configs: \n" in cli("topics", "describe", "t").text
+
+
+@pytest.mark.trio
+async def test_the_daemon_answers_a_partition_count_over_the_maximum_with_an_error(
+    log_dir: Path, clock: ManualClock
+) -> None:
+    """Through the control socket the engine validates too: ``"partitions": 10**30``
+    was written to the topics file and never answered (the undo of the failed create
+    counted to 10**30), 100000 opened partitions until the daemon ran out of
+    descriptors. Now each is a ``ConfigError`` reply, exit 2 from the command line, and
+    the daemon and its directory carry on."""
+    env = {**os.environ, "SEGLOG_LOG_DIR": str(log_dir)}
+    with LogManager.open(log_dir, clock=clock) as manager, open_files_limit(300):
+        manager.create_topic("small")
+        async with serving(log_dir, manager):
+            before = sorted(os.listdir(log_dir)), (log_dir / "seglog-topics.json").read_bytes()
+            # (10**30 is now refused by the protocol, before the engine: a ProtocolError.)
+            for partitions in (100_000, 2**31 - 1):
+                with pytest.raises(control.ControlError) as refused:
+                    await call(
+                        control.request, log_dir, "create_topic", name="big", partitions=partitions
+                    )
+                assert refused.value.kind == "ConfigError"
+                assert "configuration partitions" in refused.value.message
+            created = await trio.run_process(
+                [str(SCRIPT), "topics", "create", "big", "--partitions", "100000"],
+                capture_stdout=True,
+                capture_stderr=True,
+                env=env,
+                check=False,
+            )
+            assert created.returncode == 2
+            assert strip_build_notice(created.stderr) == (
+                b"seglogfs topics create: error: invalid value 100000 for configuration "
+                b"partitions: more than max.topic.partitions (1000) for one topic\n"
+            )
+            assert (sorted(os.listdir(log_dir)), (log_dir / "seglog-topics.json").read_bytes()) == (
+                before
+            )
+            assert await call(control.request, log_dir, "list_topics") == ["small"]
+    with LogManager.open(log_dir, clock=clock) as reopened:
+        assert reopened.topics() == ["small"]
+
+
+def test_another_users_flock_does_not_block_topics_create(
+    cli: Cli, other_user: pwd.struct_passwd, shared_dir: Path
+) -> None:
+    """Issue #18 (8), from the command line: with ``flock -x -n LOGDIR/.seglog.lock``
+    held by another user, ``topics create`` failed with "locked by another writer
+    process"; now it creates the topic (see ``tests/storage/log/test_lock_file.py``)."""
+    log_dir = shared_dir / "logs"
+    lock = older_version_layout(log_dir)
+    with holding(as_user(other_user, *flock_command(lock))) as held:
+        assert held
+        result = cli("topics", "create", "orders", "-d", str(log_dir))
+        assert (result.code, result.text, result.err) == (0, "Created topic orders.\n", "")
+        assert cli("topics", "list", "-d", str(log_dir)).text == "orders\n"

@@ -8,8 +8,10 @@ import os
 import pty
 import struct
 import subprocess
+import sys
 import termios
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from seglogfs.cli.verify import verify_log_dir
 from seglogfs.positions import position_index_spec
 from storage import LogManager
 from storage.record.render import rendered_size
-from tests.cli.conftest import SCRIPT, Cli, strip_build_notice
+from tests.cli.conftest import SCRIPT, Cli, run_script, strip_build_notice
 from tests.conftest import ManualClock
 
 TS = 1_700_000_000_000
@@ -367,3 +369,227 @@ def test_directory_with_an_invalid_topic_name(log_dir: Path, clock: ManualClock)
     assert [(p.path, p.message.split(":")[0]) for p in problems] == [
         (stray, "not a partition directory")
     ]
+
+
+def test_verify_command_is_clean_on_empty_topics(log_dir: Path) -> None:
+    """Issue #16 (8): entry 0 of the position index of every empty segment (a new
+    topic's) was reported as naming an offset that starts no batch, exit 1."""
+    env = {"SEGLOG_LOG_DIR": str(log_dir)}
+    for args in (
+        ("t", "--partitions", "2"),
+        ("r", "--format", "raw"),
+        ("k", "--key-separator", ":"),
+    ):
+        assert run_script("topics", "create", *args, env=env).code == 0
+    verified = run_script("verify", str(log_dir), env=env)
+    assert (verified.code, verified.text, verified.err) == (
+        0, "", f"{log_dir}: no problems found\n",
+    )  # fmt: skip
+
+
+def _open(log_dir: Path, clock: ManualClock) -> LogManager:
+    return LogManager.open(log_dir, clock=clock, extension=position_index_spec)
+
+
+def _values(n: int) -> list[bytes]:
+    return [b"value %d" % i for i in range(n)]
+
+
+def _time_roll(log_dir: Path, clock: ManualClock) -> Iterator[None]:
+    with _open(log_dir, clock) as manager:
+        manager.create_topic("t", 2, {"segment.ms": "60000"}, key_separator=":")
+        manager.log("t", 0).append(_values(5), keys=[b"k"] * 5)
+        clock.advance(60_001)
+        assert manager.roll_due_segments() == 1  # t-0 rolls; the empty t-1 does not
+        yield  # the new active segment is empty
+        manager.log("t", 0).append(_values(3))
+        clock.advance(60_001)
+        assert manager.roll_due_segments() == 1
+        yield
+    yield
+
+
+def _retention(log_dir: Path, clock: ManualClock) -> Iterator[None]:
+    config = {"segment.bytes": "300", "retention.ms": "60000", "file.delete.delay.ms": "1000"}
+    with _open(log_dir, clock) as manager:
+        manager.create_topic("t", 1, config)
+        manager.create_topic("s", 1, {"segment.bytes": "300", "retention.bytes": "600"})
+        for value in _values(40):
+            manager.log("t", 0).append([value], timestamps=[clock.now_ms])
+            manager.log("s", 0).append([value])
+        assert manager.run_retention() > 0  # by size
+        yield  # .deleted files waiting for file.delete.delay.ms
+        clock.advance(60_001)
+        assert manager.run_retention() > 0  # every segment of t: the log rolled first
+        yield
+        clock.advance(1000)
+        assert manager.delete_expired_files() > 0
+        yield
+    yield
+
+
+def _delete_records(log_dir: Path, clock: ManualClock) -> Iterator[None]:
+    with _open(log_dir, clock) as manager:
+        manager.create_topic("t", 3, {"segment.bytes": "300", "file.delete.delay.ms": "0"})
+        for partition in range(3):
+            for value in _values(40):
+                manager.log("t", partition).append([value])
+        manager.log("t", 0).advance_log_start_offset(17)  # inside a segment
+        base = manager.log("t", 1).segments.base_offsets()[2]
+        manager.log("t", 1).advance_log_start_offset(base)  # at a segment start
+        manager.log("t", 2).advance_log_start_offset(40)  # the log end
+        yield
+        assert manager.run_retention() > 0
+        yield
+        manager.log("t", 2).append(_values(2))
+        yield
+    yield
+
+
+def _deleted_and_created_again(log_dir: Path, clock: ManualClock) -> Iterator[None]:
+    config = {"segment.bytes": "300", "retention.bytes": "600", "file.delete.delay.ms": "0"}
+    with _open(log_dir, clock) as manager:
+        manager.create_topic("t", 2, config)
+        manager.create_topic("gone", 1)
+        for value in _values(40):
+            manager.log("t", 0).append([value])
+            manager.log("gone", 0).append([value])
+        assert manager.run_retention() > 0  # checkpoints log start offsets above 0
+        manager.delete_topic("gone")
+        yield
+        manager.delete_topic("t")
+        yield
+        manager.create_topic("t", 1)
+        yield  # the checkpoints must not name the old t-0's offsets
+        manager.log("t", 0).append(_values(2))
+        yield
+    yield
+
+
+def _crash_and_recovery(log_dir: Path, clock: ManualClock) -> Iterator[None]:
+    writer = """
+import os, sys
+from seglogfs.positions import position_index_spec
+from storage import LogManager
+manager = LogManager.open(sys.argv[1], extension=position_index_spec)
+manager.create_topic("t", 2, {"segment.bytes": "400", "retention.bytes": "800"})
+manager.create_topic("empty", 1)
+for i in range(100):
+    manager.log("t", i % 2).append([b"line %d" % i] * 3)
+    if i % 25 == 0:
+        manager.run_retention()
+os._exit(9)
+"""
+    run = subprocess.run(
+        [sys.executable, "-c", writer, str(log_dir)], capture_output=True, timeout=60, check=False
+    )
+    assert run.returncode == 9, run.stderr
+    yield  # as the killed writer left it: preallocated indexes, no checkpoint since
+    with _open(log_dir, clock):
+        yield  # recovered
+    yield
+
+
+def _restarted_at_log_start(log_dir: Path, clock: ManualClock) -> Iterator[None]:
+    with _open(log_dir, clock) as manager:
+        manager.create_topic("t", 1)
+        manager.log("t", 0).append(_values(5))
+        manager.log("t", 0).advance_log_start_offset(5)
+    # The tail below the checkpointed log start offset was lost in a crash.
+    os.truncate(log_dir / "t-0" / "00000000000000000000.log", 0)
+    (log_dir / ".kafka_cleanshutdown").unlink()
+    with _open(log_dir, clock) as manager:
+        assert manager.log("t", 0).log_end_offset == 5
+        yield
+    yield
+
+
+def _formats_and_truncation(log_dir: Path, clock: ManualClock) -> Iterator[None]:
+    with _open(log_dir, clock) as manager:
+        manager.create_topic("f", 1)
+        manager.set_topic_rendering("f", "raw", None)
+        manager.create_topic("t", 1, {"segment.bytes": "300"}, key_separator=":")
+        for i, value in enumerate(_values(40)):
+            manager.log("t", 0).append([value], keys=[b"k" if i % 2 else None])
+        yield
+        manager.log("t", 0).truncate_to(manager.log("t", 0).segments.base_offsets()[1])
+        yield
+        manager.log("t", 0).truncate_to(0)
+        yield
+    yield
+
+
+@pytest.mark.parametrize(
+    "states",
+    [
+        _time_roll,
+        _retention,
+        _delete_records,
+        _deleted_and_created_again,
+        _crash_and_recovery,
+        _restarted_at_log_start,
+        _formats_and_truncation,
+    ],
+)
+def test_every_state_the_engine_leaves_verifies_clean(
+    log_dir: Path,
+    clock: ManualClock,
+    states: Callable[[Path, ManualClock], Iterator[None]],
+) -> None:
+    """Issue #16 (8): ``verify`` must find nothing in any state the engine leaves, with
+    its writer open (each step) and after it closed (the last)."""
+    for step, _ in enumerate(states(log_dir, clock)):
+        assert [str(p) for p in verify_log_dir(log_dir)] == [], f"after step {step}"
+
+
+def test_a_wrong_first_position_entry_is_still_reported(log_dir: Path, clock: ManualClock) -> None:
+    """Entry 0 of a position index names the segment's start, batch or not; what is
+    checked of it still reports a real inconsistency."""
+    with _open(log_dir, clock) as manager:
+        manager.create_topic("t", 1, {"segment.ms": "60000"})
+        manager.log("t", 0).append(_values(3))
+        clock.advance(60_001)
+        assert manager.roll_due_segments() == 1
+        end = manager.log("t", 0).extension_end
+    empty = log_dir / "t-0" / "00000000000000000003.seglogpos"
+    assert empty.read_bytes() == struct.pack(">qi", end, 0)
+    assert verify_log_dir(log_dir) == []
+
+    empty.write_bytes(struct.pack(">qi", end + 1, 0))
+    assert [(p.path, p.position, p.message) for p in verify_log_dir(log_dir)] == [
+        (empty, 0, f"segment starts at position {end + 1}, but the previous segment ends at {end}")
+    ]
+    empty.write_bytes(struct.pack(">qi", end, 1))
+    assert [(p.path, p.position, p.message) for p in verify_log_dir(log_dir)] == [
+        (empty, 0, "entry 0 does not name the segment's base offset")
+    ]
+    # A second entry in a segment without batches names an offset that starts none.
+    empty.write_bytes(struct.pack(">qiqi", end, 0, end + 9, 1))
+    assert [(p.path, p.position, p.message) for p in verify_log_dir(log_dir)] == [
+        (empty, 12, "entry names offset 4, which starts no batch")
+    ]
+    empty.write_bytes(struct.pack(">qi", end, 0))
+    assert verify_log_dir(log_dir) == []
+    # The oldest segment starts at 0 when it is the log's first, else where its start
+    # checkpoint (written before retention deleted what came before) says.
+    first = log_dir / "t-0" / "00000000000000000000.seglogpos"
+    good = first.read_bytes()
+    first.write_bytes(struct.pack(">q", 5) + good[8:])
+    assert (first, 0, "segment starts at position 5, but no record comes before offset 0") in [
+        (p.path, p.position, p.message) for p in verify_log_dir(log_dir)
+    ]
+    first.write_bytes(good)
+    with _open(log_dir, clock) as manager:
+        manager.alter_topic_config("t", {"retention.bytes": "0", "file.delete.delay.ms": "0"})
+        assert manager.run_retention() == 1
+    checkpoint = log_dir / "t-0" / "seglogpos-start-checkpoint"
+    assert checkpoint.read_text() == f"0\n3 {end}\n"
+    assert verify_log_dir(log_dir) == []
+    checkpoint.write_text(f"0\n3 {end - 1}\n")
+    assert [(p.path, p.position, p.message) for p in verify_log_dir(log_dir)] == [
+        (empty, 0, f"segment starts at position {end}, but {checkpoint.name} says {end - 1}")
+    ]
+    checkpoint.write_text("0\n3\n")
+    problems = verify_log_dir(log_dir)
+    assert [(p.path, p.position) for p in problems] == [(checkpoint, None)]
+    assert problems[0].message.startswith(f"malformed checkpoint file {checkpoint}, line 2: ")

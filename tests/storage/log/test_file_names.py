@@ -8,12 +8,16 @@ import pytest
 
 from storage.log.file_names import (
     DELETED_FILE_SUFFIX,
+    MAX_FILE_NAME_BYTES,
     SWAP_FILE_SUFFIX,
+    delete_dir_name,
     filename_prefix_from_offset,
+    is_delete_dir_name,
     log_file,
     offset_from_file_name,
     offset_index_file,
     parse_topic_partition_name,
+    partition_dir_name_problem,
     time_index_file,
     topic_partition_dir_name,
 )
@@ -144,3 +148,26 @@ def test_parse_is_none_without_a_partition_number(name: str) -> None:
 
 def test_parse_is_none_for_a_non_ascii_partition_number() -> None:
     assert parse_topic_partition_name("orders-\u0663") is None
+
+
+def test_delete_dir_names_fit_the_file_system() -> None:
+    """Kafka's ``LocalLog.logDeleteDirName``: the topic part is cut so that the name of
+    the longest topic with a 5-digit partition still fits 255 bytes."""
+    for topic, partition in (("t" * 249, 99999), ("a.b_c-d" * 35, 7), ("short", 0)):
+        name = delete_dir_name(topic, partition)
+        assert len(name.encode()) <= MAX_FILE_NAME_BYTES
+        assert name.endswith("-delete")
+        assert is_delete_dir_name(name)
+        assert parse_topic_partition_name(name) is None  # never taken for a partition
+        assert topic.startswith(name.rsplit(f"-{partition}.", 1)[0])
+    assert delete_dir_name("short", 3).startswith("short-3.")
+    for not_ours in ("backup-delete", "t-0", "t-0.xyz-delete", "t-0.0123-future"):
+        assert not is_delete_dir_name(not_ours)
+
+
+def test_partition_directory_names_longer_than_a_file_name_are_a_problem() -> None:
+    assert partition_dir_name_problem("t" * 249, 100_000) is None  # t...t-99999: 255 bytes
+    problem = partition_dir_name_problem("t" * 249, 100_001)
+    assert problem is not None
+    assert "partition 100000" in problem
+    assert "256 bytes" in problem

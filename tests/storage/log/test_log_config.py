@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import pytest
@@ -355,6 +356,48 @@ def test_direct_construction_is_validated(changes: dict[str, object], key: str) 
     assert info.value.key == key
 
 
+@pytest.mark.parametrize(
+    ("key", "raw", "reason"),
+    [
+        ("retention.ms", "1" * 65000, "Not a number of type LONG"),
+        ("retention.ms", "9" * 5000, "Not a number of type LONG"),
+        ("retention.bytes", "-" + "9" * 5000, "Not a number of type LONG"),
+        ("segment.bytes", "9" * 5000, "Not a number of type INT"),
+        ("min.cleanable.dirty.ratio", "1" * 30000 + "x", "Not a number of type DOUBLE"),
+        ("cleanup.policy", "delete" + " " * 30000 + "x", "String must be one of"),
+        ("compression.type", "z" * 65000, "String must be one of"),
+    ],
+    ids=["65000-ones", "5000-nines", "minus-5000-nines", "int", "double", "list", "string"],
+)
+def test_a_value_of_thousands_of_characters_is_a_config_error(
+    key: str, raw: str, reason: str
+) -> None:
+    """Issue #18 (6): ``int()`` raised ValueError past 4,300 digits (a traceback and
+    EIO for ``setfattr``, exit 1 for ``topics alter``), and the DOUBLE and LIST
+    patterns backtracked in quadratic time (minutes for 65,000 characters). Now each is
+    refused at once, and the message shows the value shortened."""
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as info:
+        LogConfig.from_properties({key: raw})
+    assert time.monotonic() - started < 2
+    assert info.value.key == key
+    assert reason in info.value.reason
+    assert len(str(info.value)) < 300
+    assert f"({len(raw)} characters)" in str(info.value)
+
+
+def test_broker_keys_of_thousands_of_digits_are_config_errors() -> None:
+    for key in ("log.retention.ms", "log.roll.hours", "num.partitions", "log.segment.bytes"):
+        with pytest.raises(ConfigError, match=r"Not a number of type (INT|LONG)") as info:
+            BrokerConfig.from_properties({key: "9" * 5000})
+        assert info.value.key == key
+
+
+def test_leading_zeros_are_accepted_as_java_does() -> None:
+    config = LogConfig.from_properties({"segment.bytes": "0" * 5000 + "1048576"})
+    assert config.segment_bytes == 1048576
+
+
 def test_config_error_is_a_value_error() -> None:
     with pytest.raises(ValueError, match=r"segment\.bytes"):
         LogConfig.from_properties({"segment.bytes": "1"})
@@ -567,6 +610,10 @@ BROKER_ERRORS = [
     ("log.flush.start.offset.checkpoint.interval.ms", "-1", "Value must be at least 0"),
     ("log.preallocate", "on", "Expected value to be either true or false"),
     ("num.partitions", "0", "Value must be at least 1"),
+    ("num.partitions", "1001", "more than max.topic.partitions (1000)"),
+    ("max.topic.partitions", "0", "Value must be at least 1"),
+    ("max.topic.partitions", "2147483648", "Not a number of type INT"),
+    ("max.broker.partitions", "-1", "Value must be at least 1"),
     ("log.dirs", "", "values must not be empty"),
     ("log.dirs", "/a,,/b", "values must not be empty"),
     ("log.dirs", "/a,/a", "values must not be duplicated"),
@@ -642,6 +689,56 @@ def test_broker_direct_construction_is_validated(changes: dict[str, object], key
     with pytest.raises(ConfigError) as info:
         BrokerConfig(**args)  # type: ignore[arg-type]
     assert info.value.key == key
+
+
+def test_partition_maximums_default_and_parse() -> None:
+    defaults = BrokerConfig(log_dirs=("/data",))
+    assert (defaults.max_topic_partitions, defaults.max_broker_partitions) == (1000, 4000)
+    assert BrokerConfig.from_properties({}) == BrokerConfig.from_properties(
+        {"max.topic.partitions": "1000", "max.broker.partitions": "4000"}
+    )
+    b = BrokerConfig.from_properties(
+        {"num.partitions": "3", "max.topic.partitions": "3", "max.broker.partitions": "5"}
+    )
+    assert (b.num_partitions, b.max_topic_partitions, b.max_broker_partitions) == (3, 3, 5)
+    with pytest.raises(ConfigError, match=r"more than max\.broker\.partitions \(2\)") as info:
+        BrokerConfig(log_dirs=("/data",), num_partitions=3, max_broker_partitions=2)
+    assert info.value.key == "num.partitions"
+
+
+@pytest.mark.parametrize(
+    ("partitions", "existing", "reason"),
+    [
+        (0, 0, "must be at least 1"),
+        (-1, 0, "must be at least 1"),
+        (True, 0, "must be a whole number"),
+        ("3", 0, "must be a whole number"),
+        (2.0, 0, "must be a whole number"),
+        (None, 0, "must be a whole number"),
+        (11, 0, "more than max.topic.partitions (10) for one topic"),
+        (100_000, 0, "more than max.topic.partitions (10) for one topic"),
+        (10**30, 0, "more than max.topic.partitions (10) for one topic"),
+        pytest.param(10**5000, 0, "more than max.topic.partitions (10)", id="10**5000"),
+        pytest.param(-(10**5000), 0, "must be at least 1", id="-10**5000"),
+        (5, 11, "holds 11 partitions and may hold at most max.broker.partitions (15)"),
+        (1, 15, "may hold at most max.broker.partitions (15)"),
+    ],
+)
+def test_a_new_topic_partition_count_is_bounded(
+    partitions: object, existing: int, reason: str
+) -> None:
+    broker = BrokerConfig(log_dirs=("/data",), max_topic_partitions=10, max_broker_partitions=15)
+    with pytest.raises(ConfigError) as info:
+        broker.validated_partition_count(partitions, existing)
+    assert info.value.key == "partitions"
+    assert reason in info.value.reason
+    assert len(str(info.value)) < 300
+
+
+def test_a_new_topic_within_both_maximums_is_accepted() -> None:
+    broker = BrokerConfig(log_dirs=("/data",), max_topic_partitions=10, max_broker_partitions=15)
+    assert broker.validated_partition_count(10, 5) == 10
+    assert broker.validated_partition_count(1) == 1
 
 
 def test_broker_accepts_a_list_of_log_dirs() -> None:

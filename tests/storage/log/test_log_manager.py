@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -329,3 +332,196 @@ def test_reader_follows_a_topic_deleted_and_created_again(
             assert reader.topics() == ["t"]
             with pytest.raises(UnknownTopicError):
                 reader.log("gone", 0)
+
+
+# --- Bounded partitions (issue #18, item 1) -------------------------------------------
+
+
+@contextlib.contextmanager
+def open_files_limit(headroom: int) -> Iterator[None]:
+    """This process's soft ``RLIMIT_NOFILE`` lowered to ``headroom`` descriptors above
+    the highest one open now, until the block ends: code that opens descriptors
+    without bound fails fast (``EMFILE``) instead of running for a minute."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    highest = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, highest + headroom), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _state(log_dir: Path) -> tuple[list[str], bytes]:
+    return sorted(os.listdir(log_dir)), (log_dir / "seglog-topics.json").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("partitions", "reason"),
+    [
+        pytest.param(100_000, "more than max.topic.partitions (1000)", id="100000"),
+        pytest.param(1001, "more than max.topic.partitions (1000)", id="1001"),
+        pytest.param(10**30, "Not a number of type INT", id="10**30"),
+        pytest.param(2**31, "Not a number of type INT", id="2**31"),
+        pytest.param("3", "must be a whole number", id="str"),
+        pytest.param(True, "must be a whole number", id="bool"),
+        pytest.param(0, "must be at least 1", id="0"),
+    ],
+)
+def test_a_partition_count_out_of_bounds_creates_nothing(
+    log_dir: Path, clock: ManualClock, partitions: object, reason: str
+) -> None:
+    """Issue #18 (1): ``--partitions 100000`` opened partitions until "Too many open
+    files" (53 s, 5,000 directories left, a directory no command could open again), and
+    ``"partitions": 10**30`` on the control socket was written to the topics file. The
+    count is now validated before anything is written, against ``max.topic.partitions``
+    (and Kafka's INT); the manager, and the directory, keep working."""
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("small", 2)
+        before = _state(log_dir)
+        with open_files_limit(200), pytest.raises(ConfigError) as info:
+            manager.create_topic("big", partitions)  # type: ignore[arg-type]
+        assert info.value.key == "partitions"
+        assert reason in info.value.reason
+        assert _state(log_dir) == before
+        assert manager.topics() == ["small"]
+        manager.log("small", 1).append([b"still served"])
+    with LogManager.open(log_dir, clock=clock) as reopened:
+        assert reopened.topics() == ["small"]
+        assert [r.value for r in reopened.log("small", 1).records(0)] == [b"still served"]
+
+
+def test_the_directory_maximum_counts_the_partitions_of_every_topic(
+    log_dir: Path, clock: ManualClock
+) -> None:
+    broker = BrokerConfig(log_dirs=(str(log_dir),), max_topic_partitions=4, max_broker_partitions=6)
+    with LogManager.open(log_dir, broker, clock=clock) as manager:
+        manager.create_topic("a", 4)
+        with pytest.raises(ConfigError, match="holds 4 partitions and may hold at most"):
+            manager.create_topic("b", 3)
+        manager.create_topic("b", 2)
+        with pytest.raises(ConfigError, match=r"max\.broker\.partitions \(6\)"):
+            manager.create_topic("c")  # num.partitions: 1
+        assert sorted(os.listdir(log_dir)).count("c-0") == 0
+        manager.delete_topic("a")
+        manager.create_topic("c", 4)
+        assert manager.topics() == ["b", "c"]
+    with LogManager.open(log_dir, broker, clock=clock) as reopened:
+        assert reopened.topics() == ["b", "c"]
+
+
+_EMFILE_DURING_CREATE = """
+import errno, os, resource, sys
+from storage import LogManager
+from storage.log import log_manager
+
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+held = []
+
+def take_every_descriptor():
+    # What the daemon's other clients do meanwhile: each descriptor let go is taken.
+    while True:
+        try:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError as exc:
+            assert exc.errno == errno.EMFILE
+            return
+
+real_open = log_manager.Log.open
+
+def open_log(*args, **kwargs):
+    try:
+        return real_open(*args, **kwargs)
+    except OSError as exc:
+        if exc.errno == errno.EMFILE:
+            take_every_descriptor()
+        raise
+
+log_manager.Log.open = open_log
+with LogManager.open(sys.argv[1]) as manager:
+    manager.create_topic("small", 1)
+    try:
+        manager.create_topic("big", 100)
+    except OSError as exc:
+        print("create", errno.errorcode[exc.errno])
+    print("topics", *manager.topics())
+    for fd in held:
+        os.close(fd)
+    manager.log("small", 0).append([b"after"])
+    manager.create_topic("next", 2)
+with LogManager.open(sys.argv[1]) as reopened:
+    print("reopened", *reopened.topics())
+"""
+
+
+def test_running_out_of_descriptors_in_the_middle_of_a_create_undoes_it(
+    log_dir: Path,
+) -> None:
+    """A create that meets ``EMFILE`` part way (a daemon whose other clients hold the
+    rest of its descriptors) undoes itself: it closes the logs it opened before it
+    writes the metadata and checkpoints that drop the topic (they need descriptors
+    too; the undo used to write first, fail the same way, and leave a topic no process
+    under that limit could open). Run under ``RLIMIT_NOFILE=128`` in a subprocess; the
+    directory then opens again under the same limit."""
+    result = subprocess.run(
+        [sys.executable, "-c", _EMFILE_DURING_CREATE, str(log_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "create EMFILE",
+        "topics small",
+        "reopened next small",
+    ]
+    assert sorted(os.listdir(log_dir)) == [
+        ".kafka_cleanshutdown",
+        ".seglog.lock",
+        "log-start-offset-checkpoint",
+        "next-0",
+        "next-1",
+        "recovery-point-offset-checkpoint",
+        "seglog-topics.json",
+        "small-0",
+    ]
+
+
+def test_directories_of_a_topic_over_the_maximum_are_left_alone(
+    log_dir: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A directory ``t-99999999999`` alone made a topic of 10^11 partitions, whose
+    missing directories a writable open created until it ran out of descriptors (and
+    ``describe`` counted to 10^11). A topic found only as directories is loaded when
+    its count is within ``max.topic.partitions``, else ignored with a warning."""
+    for name in ("t-99999999999", "u-2147483647", "v-1000", "w-2"):
+        (log_dir / name).mkdir()
+    with open_files_limit(200), LogManager.open(log_dir, clock=clock) as manager:
+        assert manager.topics() == ["w"]
+        assert [p.partition for p in manager.describe_topic("w").partitions] == [0, 1, 2]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2  # t-99999999999 is no partition directory at all
+    assert "ignoring the directories of topic u" in warnings[0] + warnings[1]
+    assert "v-1000" in os.listdir(log_dir)
+    broker = BrokerConfig(log_dirs=(str(log_dir),), max_topic_partitions=1001)
+    with LogManager.open(log_dir, broker, read_only=True) as reader:
+        assert reader.topics() == ["v", "w"]
+
+
+def test_an_override_of_thousands_of_digits_changes_nothing(
+    log_dir: Path, clock: ManualClock
+) -> None:
+    """What ``setfattr -n user.seglog.retention.ms -v <65,000 ones>`` asks of the
+    engine: a ``ConfigError`` (``EINVAL``), not the ``ValueError`` of ``int()`` that
+    became ``EIO`` and an ERROR traceback in the daemon."""
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("t", config={"retention.ms": "1000"})
+        for key in ("retention.ms", "segment.bytes", "flush.messages"):
+            with pytest.raises(ConfigError) as info:
+                manager.alter_topic_config("t", {key: "1" * 65000})
+            assert info.value.key == key
+            with pytest.raises(ConfigError):
+                manager.create_topic("u", config={key: "9" * 5000})
+        assert manager.topic("t").overrides == {"retention.ms": "1000"}
+        assert manager.topics() == ["t"]

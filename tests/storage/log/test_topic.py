@@ -11,7 +11,9 @@ from storage.errors import ConfigError, InvalidTopicError, StorageError
 from storage.log.topic import (
     MAX_TOPIC_NAME_LENGTH,
     TopicMetadata,
+    TopicsDocument,
     collision_key,
+    read_topics_document,
     read_topics_file,
     validate_topic_name,
     write_topics_file,
@@ -91,6 +93,28 @@ def test_metadata_needs_at_least_one_partition(partitions: int) -> None:
     assert info.value.key == "partitions"
 
 
+@pytest.mark.parametrize(
+    "partitions",
+    [
+        pytest.param("3", id="str"),
+        pytest.param(True, id="bool"),
+        pytest.param(2.0, id="float"),
+        pytest.param(2**31, id="over-int"),
+        pytest.param(10**30, id="10**30"),
+        pytest.param(10**5000, id="10**5000"),
+        pytest.param(-(10**5000), id="-10**5000"),
+    ],
+)
+def test_metadata_needs_a_whole_number_of_partitions_within_int(partitions: object) -> None:
+    """Kafka's partition count is an INT. A str gave a TypeError, True passed as one
+    partition, and 10**30 was written to the topics file (issue #18)."""
+    with pytest.raises(ConfigError) as info:
+        TopicMetadata("t", partitions)  # type: ignore[arg-type]
+    assert info.value.key == "partitions"
+    assert len(str(info.value)) < 200
+    assert TopicMetadata("t", 2**31 - 1).partitions == 2**31 - 1
+
+
 def test_metadata_rejects_an_unknown_format() -> None:
     with pytest.raises(ConfigError) as info:
         TopicMetadata("orders", 1, format="json")
@@ -163,6 +187,24 @@ def test_optional_fields_take_their_defaults(tmp_path: Path) -> None:
     assert read_topics_file(path) == {"t": TopicMetadata("t", 2)}
 
 
+def test_deletions_in_progress_are_recorded_beside_the_topics(tmp_path: Path) -> None:
+    path = tmp_path / "seglog-topics.json"
+    write_topics_file(path, {"a": TopicMetadata("a", 1)}, deleting=["gone", "a", "b.c"])
+    # A live topic is never also being deleted: its directories must stay.
+    assert json.loads(path.read_text())["deleting"] == ["b.c", "gone"]
+    assert read_topics_document(path) == TopicsDocument(
+        {"a": TopicMetadata("a", 1)}, frozenset({"gone", "b.c"})
+    )
+    assert read_topics_file(path) == {"a": TopicMetadata("a", 1)}
+    write_topics_file(path, {"a": TopicMetadata("a", 1)})
+    assert "deleting" not in json.loads(path.read_text())  # what older readers wrote
+    assert read_topics_document(path).deleting == frozenset()
+    path.write_text(
+        json.dumps({"version": 1, "topics": {"a": {"partitions": 1}}, "deleting": ["a"]})
+    )
+    assert read_topics_document(path).deleting == frozenset()
+
+
 def _document(**entry: object) -> object:
     return {"version": 1, "topics": {"t": {"partitions": 1, **entry}}}
 
@@ -184,11 +226,21 @@ def _document(**entry: object) -> object:
         pytest.param(json.dumps(_document(partitions="three")), id="partitions-word"),
         pytest.param(json.dumps(_document(partitions=None)), id="partitions-null"),
         pytest.param(json.dumps(_document(partitions=0)), id="partitions-zero"),
+        # What a control-socket request wrote before counts were bounded (issue #18).
+        pytest.param(json.dumps(_document(partitions=10**30)), id="partitions-10**30"),
+        pytest.param(json.dumps(_document(partitions=2**31)), id="partitions-over-int"),
+        pytest.param(
+            '{"version": 1, "topics": {"t": {"partitions": 1%s}}}' % ("0" * 5000),
+            id="partitions-5001-digits",
+        ),
         pytest.param(json.dumps(_document(format="json")), id="unknown-format"),
         pytest.param(json.dumps(_document(format="raw", **{"key.separator": "|"})), id="raw-sep"),
         pytest.param(json.dumps(_document(**{"key.separator": 5})), id="separator-int"),
         pytest.param(json.dumps(_document(config=["a"])), id="config-list"),
         pytest.param(json.dumps({"version": 1, "topics": {"a/b": {"partitions": 1}}}), id="name"),
+        pytest.param(json.dumps({"version": 1, "topics": {}, "deleting": "t"}), id="deleting-str"),
+        pytest.param(json.dumps({"version": 1, "topics": {}, "deleting": [1]}), id="deleting-int"),
+        pytest.param(json.dumps({"version": 1, "topics": {}, "deleting": ["a/b"]}), id="deleting"),
     ],
 )
 def test_a_malformed_topics_file_raises_storage_error_naming_it(
