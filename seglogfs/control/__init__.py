@@ -3,10 +3,13 @@
 - ``protocol``: the wire format (frames, the produce payload, error replies), shared;
 - ``client``: ``request``, ``produce`` and ``daemon_socket``, used by the command line
   and the Spark sink; it imports no trio;
-- ``server``: ``serve``, run by the daemon in its nursery.
+- ``server``: ``serve``, run by the daemon in its nursery, within the bounds of
+  ``config`` (``ControlConfig``: Kafka's ``socket.request.max.bytes``,
+  ``max.connections``, ... read from the daemon's ``server.properties``).
 
 This package re-exports the client's API and the protocol's names a caller needs;
-the server is imported from ``seglogfs.control.server`` by the daemon alone.
+the server and its config are imported from ``seglogfs.control.server`` and
+``seglogfs.control.config`` by the daemon alone.
 """
 
 from .client import daemon_socket, produce, request

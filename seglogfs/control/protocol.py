@@ -22,7 +22,17 @@ Ops: ``ping``, ``list_topics``, ``create_topic(name, partitions, config, format,
 key_separator)``, ``alter_topic(name, set, delete)``, ``delete_topic(name)``,
 ``describe_topic(name)``, ``produce(topic, partition)``, ``delete_records(partitions)``
 (``[{"topic": T, "partition": P, "offset": O}, ...]``, as in the file
-``kafka-delete-records.sh`` reads; the result is ``delete_records``'s).
+``kafka-delete-records.sh`` reads; the result is ``delete_records``'s). ``OPS`` gives
+each op's arguments and their types; ``parse_request`` checks a request against it, so
+a wrongly typed argument is a ``ProtocolError`` naming it, never an exception inside
+the daemon.
+
+Bounds on what a request may be (each answered with a ``ProtocolError``): a header of
+at most ``MAX_HEADER`` bytes nested at most ``MAX_NESTING`` deep (checked on the raw
+bytes before ``json.loads``, whose recursion a header of 100,000 ``[`` exhausted),
+numbers of at most ``MAX_NUMBER_DIGITS`` digits (Python's ``int()`` refuses more than
+4,300, slowly), whole numbers within the Java type Kafka gives the argument; the frame
+as a whole within the server's ``socket.request.max.bytes`` (``config``).
 
 Pure functions and constants: thread-safe.
 """
@@ -30,11 +40,14 @@ Pure functions and constants: thread-safe.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import struct
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +60,14 @@ from storage import (
     TopicDescription,
     build_record_batch,
 )
+from storage.number import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
 
 __all__ = [
     "FRAME",
     "MAX_HEADER",
-    "MAX_PAYLOAD",
+    "MAX_NESTING",
+    "MAX_NUMBER_DIGITS",
+    "OPS",
     "SOCKET_NAME",
     "ControlError",
     "ProduceRecord",
@@ -64,6 +80,7 @@ __all__ = [
     "frame",
     "parse_header",
     "parse_partition_offsets",
+    "parse_request",
     "socket_address",
     "socket_path",
 ]
@@ -72,8 +89,14 @@ SOCKET_NAME = ".seglog.sock"
 """The control socket's name inside the log directory (Kafka never uses it)."""
 
 FRAME = struct.Struct(">IQ")
-MAX_HEADER = 1 << 20
-MAX_PAYLOAD = 1 << 31
+MAX_HEADER = 4 << 20
+"""The largest JSON header a frame may carry: a ``delete_records`` of every partition a
+log directory may hold (4,000), each topic name 250 characters long, takes 1.2 MB and
+53 ms to parse."""
+MAX_NESTING = 16
+"""How deep a header's JSON may nest: a request needs 4 (``delete_records``)."""
+MAX_NUMBER_DIGITS = 20
+"""The most characters a JSON number may have: a Java long has 19 digits and a sign."""
 # The socket path must fit sockaddr_un (108 bytes with the NUL); longer log-dir paths
 # are reached through /proc/self/fd/N of an O_PATH descriptor of the directory.
 _MAX_SUN_PATH = 107
@@ -215,17 +238,26 @@ def encode_records(records: Sequence[ProduceRecord]) -> bytes:
 
 
 def decode_records(
-    payload: bytes, now_ms: int
+    payload: bytes, now_ms: int, max_message_bytes: int
 ) -> tuple[
     Sequence[bytes | None],
     Sequence[bytes | None] | None,
     Sequence[Sequence[Header]] | None,
     Sequence[int] | None,
 ]:
+    """The records of a ``produce`` payload: values, keys, headers and timestamps
+    (-1 replaced by ``now_ms``), None where every record has none.
+
+    Raises:
+        ControlError: ``ProtocolError``: not one valid v2 batch.
+        CorruptRecordError: its records do not parse.
+        RecordTooLargeError: a compressed batch (this client sends none) whose records
+            inflate past ``max_message_bytes``: inflating stops there.
+    """
     batch = DefaultRecordBatch(payload)
     if batch.size != len(payload) or not batch.is_valid():
         raise ControlError("ProtocolError", "produce payload is not one valid record batch")
-    columns = batch.columns()
+    columns = batch.columns(max_size=max_message_bytes)
     keys = columns.keys if any(k is not None for k in columns.keys) else None
     headers = columns.headers if any(columns.headers) else None
     timestamps: Sequence[int] | None = None
@@ -242,21 +274,243 @@ def frame(header: Mapping[str, object], payload: bytes = b"") -> bytes:
     return FRAME.pack(len(encoded), len(payload)) + encoded + payload
 
 
-def check_lengths(header_length: int, payload_length: int) -> None:
-    if header_length > MAX_HEADER or payload_length > MAX_PAYLOAD:
+def check_lengths(header_length: int, payload_length: int, max_frame: int) -> None:
+    """Refuse a frame whose prefix declares more than the receiver will hold, before
+    any of it is read: a header over ``MAX_HEADER`` or a frame over ``max_frame``
+    (the server's ``socket.request.max.bytes``).
+
+    Raises:
+        ControlError: ``ProtocolError`` naming the sizes and the bound, with errno
+            ``EMSGSIZE`` (nothing of the frame was done: a client may send less).
+    """
+    if header_length > MAX_HEADER:
         raise ControlError(
-            "ProtocolError", f"frame too large ({header_length} + {payload_length} bytes)"
+            "ProtocolError",
+            f"frame header of {header_length} bytes exceeds {MAX_HEADER}",
+            errno.EMSGSIZE,
+        )
+    if header_length + payload_length > max_frame:
+        raise ControlError(
+            "ProtocolError",
+            f"frame of {header_length + payload_length} bytes exceeds "
+            f"socket.request.max.bytes={max_frame}",
+            errno.EMSGSIZE,
         )
 
 
+# A JSON string (escapes included) or a bracket: what the nesting check looks at.
+_JSON_STRING_OR_BRACKET = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+def _check_nesting(data: bytes) -> None:
+    # Brackets inside strings do not nest (a key separator may be "["), so strings
+    # are skipped; a header with few brackets cannot be too deep and is not scanned.
+    if data.count(b"[") + data.count(b"{") <= MAX_NESTING:
+        return
+    depth = 0
+    for match in _JSON_STRING_OR_BRACKET.finditer(data):
+        token = match.group()
+        if token in (b"[", b"{"):
+            depth += 1
+            if depth > MAX_NESTING:
+                raise ControlError(
+                    "ProtocolError", f"frame header nests deeper than {MAX_NESTING} levels"
+                )
+        elif token in (b"]", b"}"):
+            depth -= 1
+
+
+def _bounded_number(text: str) -> int:
+    if len(text) > MAX_NUMBER_DIGITS:
+        raise ControlError(
+            "ProtocolError", f"a number of {len(text)} characters in the frame header"
+        )
+    return int(text)
+
+
 def parse_header(data: bytes) -> dict[str, Any]:
+    """The JSON object of a frame header, its nesting and numbers bounded.
+
+    Cost: O(len(data)); a header holding more than ``MAX_NESTING`` brackets is scanned
+    once more (a regular expression over its strings and brackets).
+
+    Raises:
+        ControlError: ``ProtocolError``: not UTF-8 JSON, not an object, nested deeper
+            than ``MAX_NESTING`` or holding a number of over ``MAX_NUMBER_DIGITS``
+            characters.
+    """
+    _check_nesting(data)
     try:
-        header = json.loads(data.decode())
-    except (UnicodeDecodeError, ValueError) as exc:
+        header = json.loads(data.decode(), parse_int=_bounded_number)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ControlError("ProtocolError", f"malformed frame header: {exc}") from None
     if not isinstance(header, dict):
         raise ControlError("ProtocolError", "frame header is not a JSON object")
     return header
+
+
+# -- requests ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Type:
+    """What a JSON value must be, as the error says it (``description``)."""
+
+    description: str
+
+    def check(self, value: object, where: str) -> None:
+        """Raises: ControlError: ``ProtocolError`` naming ``where`` (``delete[0]``)."""
+        if not self.matches(value):
+            raise ControlError("ProtocolError", f"argument {where!r} must be {self.description}")
+
+    def matches(self, value: object) -> bool:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class _String(_Type):
+    def matches(self, value: object) -> bool:
+        return isinstance(value, str)
+
+
+@dataclass(frozen=True)
+class _Integer(_Type):
+    """A whole number (not a bool) from ``low`` to ``high``."""
+
+    low: int
+    high: int
+
+    def matches(self, value: object) -> bool:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return False
+        return self.low <= value <= self.high
+
+
+@dataclass(frozen=True)
+class _ListOf(_Type):
+    item: _Type
+
+    def check(self, value: object, where: str) -> None:
+        super().check(value, where)
+        assert isinstance(value, list)
+        for i, item in enumerate(value):
+            self.item.check(item, f"{where}[{i}]")
+
+    def matches(self, value: object) -> bool:
+        return isinstance(value, list)
+
+
+@dataclass(frozen=True)
+class _MapOf(_Type):
+    """An object with any keys, each value of one type."""
+
+    value: _Type
+
+    def check(self, value: object, where: str) -> None:
+        super().check(value, where)
+        assert isinstance(value, dict)
+        for key, item in value.items():
+            self.value.check(item, f"{where}.{key[:100]}")
+
+    def matches(self, value: object) -> bool:
+        return isinstance(value, dict)
+
+
+@dataclass(frozen=True)
+class _Object(_Type):
+    """An object with exactly these members, each of its type."""
+
+    members: tuple[tuple[str, _Type], ...]
+
+    def check(self, value: object, where: str) -> None:
+        super().check(value, where)
+        assert isinstance(value, dict)
+        names = {name for name, _type in self.members}
+        for key in value:
+            if key not in names:
+                raise ControlError("ProtocolError", f"unknown member {key[:100]!r} in {where!r}")
+        for name, member in self.members:
+            member.check(value.get(name), f"{where}.{name}")
+
+    def matches(self, value: object) -> bool:
+        return isinstance(value, dict)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of an op: its type, and whether it may be absent or null."""
+
+    type: _Type
+    optional: bool = False
+
+
+_STRING = _String("a string")
+_INT32 = _Integer(f"a whole number from {INT_MIN} to {INT_MAX}", INT_MIN, INT_MAX)
+_INT64 = _Integer(f"a whole number from {LONG_MIN} to {LONG_MAX}", LONG_MIN, LONG_MAX)
+_CONFIG = _MapOf("an object of string values", _STRING)
+
+OPS: dict[str, dict[str, Arg]] = {
+    "ping": {},
+    "list_topics": {},
+    "create_topic": {
+        "name": Arg(_STRING),
+        "partitions": Arg(_INT32, optional=True),
+        "config": Arg(_CONFIG, optional=True),
+        "format": Arg(_STRING, optional=True),
+        "key_separator": Arg(_STRING, optional=True),
+    },
+    "alter_topic": {
+        "name": Arg(_STRING),
+        "set": Arg(_CONFIG, optional=True),
+        "delete": Arg(_ListOf("a list of strings", _STRING), optional=True),
+    },
+    "delete_topic": {"name": Arg(_STRING)},
+    "describe_topic": {"name": Arg(_STRING)},
+    "produce": {"topic": Arg(_STRING), "partition": Arg(_INT32, optional=True)},
+    "delete_records": {
+        "partitions": Arg(
+            _ListOf(
+                "a list of {topic, partition, offset} objects",
+                _Object(
+                    "an object of topic, partition and offset",
+                    (("topic", _STRING), ("partition", _INT32), ("offset", _INT64)),
+                ),
+            )
+        )
+    },
+}
+"""Each op's arguments: the wire schema ``parse_request`` enforces. The engine checks
+what the values mean (names, counts, configs) and answers with its own errors."""
+
+
+def parse_request(header: Mapping[str, object]) -> tuple[str, dict[str, Any]]:
+    """The op and its arguments of a request header, checked against ``OPS``; an
+    optional argument absent or null is None.
+
+    Raises:
+        ControlError: ``ProtocolError`` naming the op, the argument or the member that
+            is unknown, missing or of the wrong type (a number is not echoed back).
+    """
+    op = header.get("op")
+    args = header.get("args", {})
+    if not isinstance(op, str) or not isinstance(args, dict):
+        raise ControlError("ProtocolError", "a request needs 'op' and 'args'")
+    spec = OPS.get(op)
+    if spec is None:
+        raise ControlError("ProtocolError", f"unknown op {op[:100]!r}")
+    for name in args:
+        if name not in spec:
+            raise ControlError("ProtocolError", f"unknown argument {name[:100]!r} of {op}")
+    checked: dict[str, Any] = {}
+    for name, arg in spec.items():
+        value = args.get(name)
+        if value is None:
+            if not arg.optional:
+                raise ControlError("ProtocolError", f"argument {name!r} of {op} is missing")
+        else:
+            arg.type.check(value, name)
+        checked[name] = value
+    return op, checked
 
 
 @contextlib.contextmanager

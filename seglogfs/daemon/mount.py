@@ -49,12 +49,20 @@ from storage import (
 )
 
 from ..control import server as control_server
+from ..control.config import ControlConfig
 from ..open_files_limit import raise_open_files_limit
 from ..positions import position_index_spec
 from . import sd_notify
 from .maintenance import run_maintenance
-from .malloc_tuning import MALLOC_TUNING_ENV, MMAP_THRESHOLD, TRIM_THRESHOLD, tune_malloc
+from .malloc_tuning import (
+    MALLOC_TUNING_ENV,
+    MMAP_THRESHOLD,
+    TRIM_THRESHOLD,
+    release_free_memory,
+    tune_malloc,
+)
 from .operations import Operations, enable_request_logging
+from .read_ahead import fetch_max_bytes
 from .renderer import Renderer
 
 __all__ = ["MALLOC_TUNING_ENV", "WORKER_THREADS", "add_arguments", "main", "run", "tune_malloc"]
@@ -127,7 +135,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         type=Path,
         metavar="FILE",
-        help="a server.properties file (log.* defaults, num.partitions, intervals)",
+        help="a server.properties file (log.* defaults, num.partitions, intervals, "
+        "the control socket's socket.request.max.bytes, max.connections, ...)",
     )
     parser.add_argument("--debug", action="store_true", help="log every request (verbose)")
 
@@ -165,11 +174,10 @@ def run(args: argparse.Namespace) -> int:
         _error(f"mount point {mountpoint} is not a directory")
         return 1
     try:
-        broker = (
-            BrokerConfig.from_properties(load_properties(args.config))
-            if args.config is not None
-            else None
-        )
+        properties = load_properties(args.config) if args.config is not None else None
+        broker = BrokerConfig.from_properties(properties) if properties is not None else None
+        control_config = ControlConfig.from_properties(properties or {})
+        read_ahead_bytes = fetch_max_bytes(properties or {})
         manager = LogManager.open(
             log_dir, broker, read_only=options.read_only, extension=position_index_spec
         )
@@ -187,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
     try:
-        _mount_and_serve(log_dir, mountpoint, manager, options)
+        _mount_and_serve(log_dir, mountpoint, manager, options, control_config, read_ahead_bytes)
     except _MountError as exc:
         _error(str(exc))
         return 1
@@ -202,7 +210,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _mount_and_serve(
-    log_dir: Path, mountpoint: Path, manager: LogManager, options: MountOptions
+    log_dir: Path,
+    mountpoint: Path,
+    manager: LogManager,
+    options: MountOptions,
+    control_config: ControlConfig,
+    read_ahead_bytes: int,
 ) -> None:
     with contextlib.ExitStack() as stack:
         mounted = _Mounted()
@@ -210,7 +223,11 @@ def _mount_and_serve(
         stack.callback(_close_manager, manager)
         bridge = _ThreadBridge()
         ops = Operations(
-            manager, bridge, read_only=options.read_only, show_internal=options.show_internal
+            manager,
+            bridge,
+            read_only=options.read_only,
+            show_internal=options.show_internal,
+            fetch_max_bytes=read_ahead_bytes,
         )
         stack.callback(ops.finish)  # first: partial lines of files still open
         fuse_options = {"fsname=seglogfs", "subtype=seglogfs", "default_permissions"}
@@ -231,7 +248,7 @@ def _mount_and_serve(
             mountpoint,
             "read-only" if options.read_only else "read-write",
         )
-        trio.run(_serve, ops, manager, bridge, options)
+        trio.run(_serve, ops, manager, bridge, options, control_config)
 
 
 class _Mounted:
@@ -264,20 +281,29 @@ class _ThreadBridge:
 
 
 async def _serve(
-    ops: Operations, manager: LogManager, bridge: _ThreadBridge, options: MountOptions
+    ops: Operations,
+    manager: LogManager,
+    bridge: _ThreadBridge,
+    options: MountOptions,
+    control_config: ControlConfig,
 ) -> None:
     async with trio.open_nursery() as nursery:
         renderer = _start_renderer()
         if renderer is not None:
             nursery.start_soon(renderer.run)
-            ops.use_renderer(renderer, nursery)
+        ops.use_renderer(renderer, nursery)  # also without one: memory is given back there
         nursery.start_soon(_handle_signals)
         nursery.start_soon(
             functools.partial(run_maintenance, manager, bridge, read_only=options.read_only)
         )
         if not options.read_only:
             try:
-                await nursery.start(control_server.serve, manager.log_dir, manager, bridge)
+                serve_control = functools.partial(
+                    control_server.serve,
+                    config=control_config,
+                    release_memory=release_free_memory,
+                )
+                await nursery.start(serve_control, manager.log_dir, manager, bridge)
             except OSError as exc:
                 # The mount is still worth having: only the command line's writes
                 # (which need the daemon while it holds the lock) are unavailable.

@@ -7,8 +7,10 @@ lookup); a read of a topic deleted since answers ``ESTALE``, also when a topic o
 same name exists, and a read waits for a release appending a final partial line to the
 topic (``MountState._settled``).
 Bytes rendered ahead are answered on the event loop (slices of memory, no file
-touched); the rest in a worker thread, which renders ``READ_AHEAD`` past the read. A
-sequential reader of a large file streams through the render process
+touched); the rest in a worker thread, which renders ``READ_AHEAD`` past the read when
+the one budget of all readers (``read_ahead``, ``fetch.max.bytes``) has room, and after
+every read what the reader keeps is charged to it. A sequential reader of a large file
+streams through the render process
 (``renderer``): after each read, the bytes after the ones it holds are rendered there,
 on the other core, into shared slots, while the loop replies (a worker thread cannot:
 pyfuse3 holds the GIL while libfuse copies a reply).
@@ -46,9 +48,10 @@ READ_AHEAD = 4 << 20
 """Bytes a sequential read renders past its end in its worker thread: the next reads
 (``cat`` and ``dd`` ask 1 MiB at a time) are answered on the event loop from memory, so
 a sequential reader costs one thread hop per READ_AHEAD, not one per request. Memory:
-at most READ_AHEAD plus a request and a batch kept per open file that reads on. A file
-that streams through the render process (``seglogfs.daemon.renderer``) reads ahead through it
-instead: its slots are rendered on the other core while the replies go out."""
+what all readers keep is at most ``fetch.max.bytes`` (``read_ahead``); a read that finds
+no room renders only what it returns. A file that streams through the render process
+(``seglogfs.daemon.renderer``) reads ahead through it instead: its slots are rendered on
+the other core while the replies go out."""
 
 
 def _fill_plan(log: Log, tail: Rendered) -> tuple[LogSegment, int, int] | None:
@@ -128,14 +131,21 @@ class ReadPath(MountState):
             # event loop (slices of memory, no file touched); the rest in a worker
             # thread. A fill still outstanding may bring the bytes asked for, and must
             # not change the kept bytes under a worker thread: wait for it first.
-            log = self._opened_log(of)
-            data: Any = reader.read_rendered(log, off, size)
-            while data is None and of.fill is not None:
-                await of.fill.wait()
-                data = reader.read_rendered(log, off, size)
-            if data is None:
-                ahead = 0 if of.slots else READ_AHEAD
-                data = await self._run(self._sync_read, of, log, off, size, ahead)
+            try:
+                log = self._opened_log(of)
+                data: Any = reader.read_rendered(log, off, size)
+                while data is None and of.fill is not None:
+                    await of.fill.wait()
+                    data = reader.read_rendered(log, off, size)
+                if data is None:
+                    ahead = 0  # a file streaming through the render process reads ahead there
+                    if not of.slots and reader.follows(off):
+                        ahead = self._read_ahead.grant(of, READ_AHEAD)
+                    data = await self._run(self._sync_read, of, log, off, size, ahead)
+            finally:
+                # Also after an error: a grant is charged until settled.
+                if self._read_ahead.settle(of):
+                    self._give_back_memory()
             self._start_fill(of, reader, log)
         if REQUEST_LOG.enabled:
             logger.debug("read fh=%d off=%d size=%d: %d bytes", fh, off, size, len(data))
@@ -235,7 +245,7 @@ class ReadPath(MountState):
             if event is not None:
                 event.set()
             if of.closed:
-                self._free_slots(of)
+                self._release_reads(of)
         if not of.closed and not of.lock.locked():
             # Keep the render process busy: the next fill now, not after the next read
             # (a read in progress starts it itself when it ends).

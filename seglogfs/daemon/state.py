@@ -4,8 +4,9 @@
 ``read_path``, ``write_path``), which ``operations.Operations`` joins into one pyfuse3
 handler class. It owns the inode table (one inode per node, stable for the daemon's
 life; view inodes until the kernel forgets them), the open files by handle, the bridge
-to worker threads (``run_sync``), the render process's slots, and the read-only
-mount's refresh of a live writer's changes.
+to worker threads (``run_sync``), the render process's slots, the one budget of what
+all readers keep rendered (``read_ahead``), and the read-only mount's refresh of a live
+writer's changes.
 
 It also keeps what makes a write do what was asked while the namespace changes under
 it: each open file's request checks that the logs it was opened on are still its
@@ -37,7 +38,9 @@ import trio
 from storage import Log, LogManager, TopicMetadata, UnknownTopicError
 
 from .handler import fail
+from .malloc_tuning import release_free_memory
 from .nodes import ROOT_NODE, Node, OpenFile
+from .read_ahead import FETCH_MAX_BYTES, ReadAheadBudget
 from .renderer import Renderer
 
 __all__ = ["REFRESH_LOG_S", "REFRESH_TOPICS_S", "MountState", "RunSync"]
@@ -65,7 +68,14 @@ class MountState(pyfuse3.Operations):
         *,
         read_only: bool = False,
         show_internal: bool = False,
+        fetch_max_bytes: int = FETCH_MAX_BYTES,
     ) -> None:
+        """``fetch_max_bytes``: what all readers keep rendered, together (the setting
+        ``fetch.max.bytes``, ``read_ahead.fetch_max_bytes``).
+
+        Raises:
+            ConfigError: ``fetch_max_bytes`` below Kafka's minimum.
+        """
         super().__init__()
         self.manager = manager
         self._run = run_sync
@@ -84,6 +94,7 @@ class MountState(pyfuse3.Operations):
         self._closing: dict[OpenFile, trio.Event] = {}
         self._renderer: Renderer | None = None
         self._background: trio.Nursery | None = None
+        self._read_ahead = ReadAheadBudget(fetch_max_bytes)
         self._admin = trio.Lock()
         self._mounted_ns = time.time_ns()
         self._uid = os.getuid()
@@ -95,9 +106,10 @@ class MountState(pyfuse3.Operations):
             (log.topic, log.partition): log.active_segment.base_offset for log in manager.logs()
         }
 
-    def use_renderer(self, renderer: Renderer, nursery: trio.Nursery) -> None:
-        """Stream sequential reads through ``renderer``; its fills run as tasks of
-        ``nursery``, which outlives the requests."""
+    def use_renderer(self, renderer: Renderer | None, nursery: trio.Nursery) -> None:
+        """Stream sequential reads through ``renderer`` (None: render in threads); its
+        fills, and giving memory back after readers close, run as tasks of ``nursery``,
+        which outlives the requests."""
         self._renderer = renderer
         self._background = nursery
 
@@ -202,3 +214,16 @@ class MountState(pyfuse3.Operations):
             for slot in of.slots:
                 self._renderer.free(slot)
         of.slots = []
+
+    def _release_reads(self, of: OpenFile) -> None:
+        """``of`` closed and no fill for it is outstanding: give back what its reads
+        hold, its render slots and its kept bytes (``read_ahead``)."""
+        self._free_slots(of)
+        if self._read_ahead.release(of):
+            self._give_back_memory()
+
+    def _give_back_memory(self) -> None:
+        # In a worker thread (it walks the heap); without a nursery to work in
+        # (use_renderer was not called) the heap keeps it.
+        if self._background is not None:
+            self._background.start_soon(self._run, release_free_memory)

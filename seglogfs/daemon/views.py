@@ -10,6 +10,10 @@
   resolved through the time index to the first record at or after it (the log end if
   every record is older). A number of 13 or more digits is epoch milliseconds: offsets
   that large (10^12 records in one partition) do not occur, times since 2001 do.
+
+Numbers are Kafka's longs: one past ``Long.MAX_VALUE`` names nothing (no offset, count
+or time that large exists), so such a name is not a view (``ENOENT``), however many
+digits it has.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from storage import Log
+from storage.number import decimal_long
 
 __all__ = ["ViewName", "parse_view_name", "resolve_offset"]
 
@@ -38,7 +43,11 @@ class ViewName:
 
 
 def parse_view_name(name: str) -> ViewName | None:
-    """Parse ``P@<where>``; ``None`` when ``name`` is not a well-formed view name."""
+    """Parse ``P@<where>``; ``None`` when ``name`` is not a well-formed view name, also
+    when its number is not a long.
+
+    Cost: O(len(name)); no ``int()`` of more than 20 characters.
+    """
     match = _VIEW.fullmatch(name)
     if match is None:
         return None
@@ -46,12 +55,16 @@ def parse_view_name(name: str) -> ViewName | None:
     where = match.group(2)
     if where in ("earliest", "latest"):
         return ViewName(partition, named=where)
-    if where.startswith("-") and where[1:].isdigit() and where[1:].isascii():
-        return ViewName(partition, last=int(where[1:]))
-    if where.isdigit() and where.isascii():
+    if where[:1] == "-" and where[1:].isdigit():
+        last = decimal_long(where[1:])
+        return None if last is None else ViewName(partition, last=last)
+    if where.isdigit():
+        number = decimal_long(where)
+        if number is None:
+            return None
         if len(where) >= _EPOCH_MS_DIGITS:
-            return ViewName(partition, timestamp=int(where))
-        return ViewName(partition, offset=int(where))
+            return ViewName(partition, timestamp=number)
+        return ViewName(partition, offset=number)
     try:
         moment = datetime.fromisoformat(where)
     except ValueError:

@@ -174,8 +174,8 @@ class WritePath(MountState):
         finally:
             del self._files[fh]
             of.closed = True
-            if of.fill is None:  # else the fill frees the slots when it ends
-                self._free_slots(of)
+            if of.fill is None:  # else the fill gives them back when it ends
+                self._release_reads(of)
 
     def _sync_release_pending(self, of: OpenFile) -> None:
         # Nobody hears the answer to a release (close() has returned): say it in the log.

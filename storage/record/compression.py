@@ -25,8 +25,21 @@ not always the library's default:
 Decoding failures of every kind surface as ``CorruptRecordError``: callers never see a
 codec library's exception. Pure functions over immutable inputs: thread-safe.
 
+Inflation is bounded: every codec stops as soon as its output would pass a size the
+caller gives (``decompress``'s ``max_size``), having held at most that much output. A
+batch of a few hundred KB of gzip can hold gigabytes of zeros; without the bound it was
+inflated whole before any size check (4 such batches through the control socket took a
+daemon to 4.8 GB). An append passes the topic's ``max.message.bytes`` and gets
+``RecordTooLargeError`` (Kafka bounds a batch by that size; here its records are held to
+it too); a reader of stored batches passes nothing and gets the generous
+``MAX_STORED_INFLATION``, past which a batch counts as corrupt. gzip and lz4 use their
+libraries' output bounds, snappy checks each block's declared length before inflating
+it, and zstd is fed one block at a time (at most 128 KiB of output each), because its
+streaming decoder has no output bound.
+
 Cost: one pass over the data in the codec library; snappy and lz4 framing add one
-``bytes.join`` of the output.
+``bytes.join`` of the output, zstd a walk over its block headers (3 bytes a block of up
+to 128 KiB).
 """
 
 from __future__ import annotations
@@ -34,15 +47,21 @@ from __future__ import annotations
 import gzip
 import struct
 import zlib
+from typing import Final
 
 import lz4.frame
 import snappy
 import zstandard
 
-from ..errors import CorruptRecordError
+from ..errors import CorruptRecordError, RecordTooLargeError
 from .record import CompressionType
 
-__all__ = ["codec_from_name", "compress", "decompress"]
+__all__ = ["MAX_STORED_INFLATION", "codec_from_name", "compress", "decompress"]
+
+MAX_STORED_INFLATION: Final = 1 << 30
+"""The most a stored batch may inflate to when read (1 GiB): a thousand times Kafka's
+default ``max.message.bytes``, for batches a broker accepted with a larger one and data
+that compresses well; past it the batch is reported corrupt, not inflated further."""
 
 _CODEC_BY_NAME = {
     "uncompressed": CompressionType.NONE,
@@ -111,42 +130,116 @@ def compress(codec: CompressionType, data: bytes, *, magic: int = 2) -> bytes:
     raise ValueError(f"unknown compression codec id {int(codec)}")
 
 
-def decompress(codec: CompressionType | int, data: bytes | memoryview, *, magic: int = 2) -> bytes:
+def decompress(
+    codec: CompressionType | int,
+    data: bytes | memoryview,
+    *,
+    magic: int = 2,
+    max_size: int | None = None,
+) -> bytes:
     """Return the bytes that ``data``, compressed with ``codec`` under ``magic``, holds.
 
     ``codec`` may be the raw id from a batch's attributes: ids 5-7 are reported as
     corruption, not as a programming error, because they come from disk. ``magic``
     only matters for lz4 (see the module docstring). ``NONE`` returns a copy.
 
+    ``max_size``: an append's ``max.message.bytes``; decompression stops as soon as the
+    output would pass it. None (a reader of stored batches): ``MAX_STORED_INFLATION``.
+    Either way at most that much output is ever held.
+
     Raises:
+        RecordTooLargeError: with ``max_size``, the output would pass it (``size`` is
+            what was inflated before stopping, over the limit).
         CorruptRecordError: ``codec`` is not a known id, or ``data`` is not a complete,
-            valid blob of that codec (truncated, bad checksum, bad framing, ...).
+            valid blob of that codec (truncated, bad checksum, bad framing, ...), or,
+            without ``max_size``, it inflates past ``MAX_STORED_INFLATION``.
     """
-    if codec == CompressionType.NONE:
-        return bytes(data)
-    if codec == CompressionType.GZIP:
-        return _gzip_decompress(data)
-    if codec == CompressionType.SNAPPY:
-        return _snappy_decompress(data)
-    if codec == CompressionType.LZ4:
-        return _lz4_decompress(data, magic)
-    if codec == CompressionType.ZSTD:
-        return _zstd_decompress(data)
+    limit = MAX_STORED_INFLATION if max_size is None else max_size
+    try:
+        if codec == CompressionType.NONE:
+            if len(data) > limit:
+                raise _Oversize(len(data))
+            return bytes(data)
+        if codec == CompressionType.GZIP:
+            return _gzip_decompress(data, limit)
+        if codec == CompressionType.SNAPPY:
+            return _snappy_decompress(data, limit)
+        if codec == CompressionType.LZ4:
+            return _lz4_decompress(data, magic, limit)
+        if codec == CompressionType.ZSTD:
+            return _zstd_decompress(data, limit)
+    except _Oversize as over:
+        if max_size is not None:
+            raise RecordTooLargeError(over.size, max_size) from None
+        raise CorruptRecordError(
+            f"{CompressionType(codec).config_name} data inflates to more than "
+            f"{MAX_STORED_INFLATION} bytes"
+        ) from None
     raise CorruptRecordError(f"unknown compression codec id {int(codec)}")
+
+
+class _Oversize(Exception):
+    """Inflating went past the caller's limit after ``size`` bytes of output."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+class _Output:
+    """The pieces of a decompressed blob, refused as soon as they pass ``limit``."""
+
+    __slots__ = ("limit", "parts", "size")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    @property
+    def room(self) -> int:
+        """How much more output may be asked for: one byte past the limit, so that
+        passing it is seen."""
+        return self.limit - self.size + 1
+
+    def add(self, part: bytes) -> None:
+        self.size += len(part)
+        if self.size > self.limit:
+            raise _Oversize(self.size)
+        self.parts.append(part)
+
+    def joined(self) -> bytes:
+        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
 
 
 # -- gzip ------------------------------------------------------------------------------
 
 
-def _gzip_decompress(data: bytes | memoryview) -> bytes:
+_GZIP_WBITS = 16 + zlib.MAX_WBITS  # zlib parses the gzip header and checks its trailer
+
+
+def _gzip_decompress(data: bytes | memoryview, limit: int) -> bytes:
     # Python reads no bytes as no members; Java's GZIPInputStream (Kafka) fails on them.
     if not len(data):
         raise CorruptRecordError("gzip data is empty: no gzip header")
+    output = _Output(limit)
+    remaining: bytes | memoryview = data
     try:
-        return gzip.decompress(data)
-    # BadGzipFile is an OSError; EOFError is a truncated stream; zlib.error bad deflate.
-    except (OSError, EOFError, zlib.error) as e:
+        # One member per pass; zero padding between and after members is skipped, as
+        # gzip.decompress does.
+        while remaining:
+            inflater = zlib.decompressobj(_GZIP_WBITS)
+            chunk = remaining
+            while not inflater.eof:
+                part = inflater.decompress(chunk, output.room)
+                output.add(part)
+                chunk = inflater.unconsumed_tail
+                if not part and not chunk and not inflater.eof:
+                    raise CorruptRecordError("gzip data is truncated: no end of stream")
+            remaining = inflater.unused_data.lstrip(b"\x00")
+    except zlib.error as e:
         raise CorruptRecordError(f"invalid gzip data: {e}") from e
+    return output.joined()
 
 
 # -- snappy ----------------------------------------------------------------------------
@@ -162,12 +255,13 @@ def _snappy_xerial_compress(data: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_decompress(data: bytes | memoryview) -> bytes:
+def _snappy_decompress(data: bytes | memoryview, limit: int) -> bytes:
     view = memoryview(data)
+    output = _Output(limit)
     # xerial's reader falls back to one raw block when the magic is absent; so do we.
     if len(view) < len(_XERIAL_HEADER) or view[: len(_XERIAL_MAGIC)] != _XERIAL_MAGIC:
-        return _snappy_raw_decompress(view, 0)
-    parts = []
+        output.add(_snappy_raw_decompress(view, 0, output))
+        return output.joined()
     pos = len(_XERIAL_HEADER)
     end = len(view)
     while pos < end:
@@ -179,12 +273,21 @@ def _snappy_decompress(data: bytes | memoryview) -> bytes:
             raise CorruptRecordError(
                 f"snappy block at byte {pos} claims {length} bytes, {end - pos} remain"
             )
-        parts.append(_snappy_raw_decompress(view[pos : pos + length], pos))
+        output.add(_snappy_raw_decompress(view[pos : pos + length], pos, output))
         pos += length
-    return b"".join(parts)
+    return output.joined()
 
 
-def _snappy_raw_decompress(block: memoryview, position: int) -> bytes:
+def _snappy_raw_decompress(block: memoryview, position: int, output: _Output) -> bytes:
+    # A raw block starts with its uncompressed length (a varint of up to 32 bits), which
+    # python-snappy allocates before it inflates: check it first.
+    declared = 0
+    for i in range(min(5, len(block))):
+        declared |= (block[i] & 0x7F) << (7 * i)
+        if not block[i] & 0x80:
+            break
+    if declared >= output.room:
+        raise _Oversize(output.size + declared)
     try:
         result: bytes = snappy.uncompress(block)
     except snappy.UncompressError as e:
@@ -212,7 +315,7 @@ def _lz4_compress(data: bytes, magic: int) -> bytes:
     return b"".join((frame[:6], bytes((broken_hc,)), frame[7:]))
 
 
-def _lz4_decompress(data: bytes | memoryview, magic: int) -> bytes:
+def _lz4_decompress(data: bytes | memoryview, magic: int, limit: int) -> bytes:
     view = memoryview(data)
     if len(view) < 7 or view[:4] != _LZ4_MAGIC:
         raise CorruptRecordError("lz4 data does not start with an LZ4 frame header")
@@ -232,15 +335,19 @@ def _lz4_decompress(data: bytes | memoryview, magic: int) -> bytes:
         # magic 0, so we replace it by the correct value, accepting either variant.
         header = header[:hc_pos] + bytes(((_xxh32(header[4:hc_pos]) >> 8) & 0xFF,))
     decompressor = lz4.frame.LZ4FrameDecompressor()
+    output = _Output(limit)
     try:
         # Feeding the header apart avoids copying the whole frame to patch one byte.
-        parts = [decompressor.decompress(header), decompressor.decompress(view[hc_pos + 1 :])]
+        output.add(decompressor.decompress(header))
+        output.add(decompressor.decompress(view[hc_pos + 1 :], output.room))
+        while not decompressor.eof and not decompressor.needs_input:
+            output.add(decompressor.decompress(b"", output.room))
     except RuntimeError as e:
         raise CorruptRecordError(f"invalid lz4 frame: {e}") from e
     if not decompressor.eof:
         raise CorruptRecordError("lz4 frame is truncated: no end mark")
     # Bytes after the end mark are ignored, as Kafka's Lz4BlockInputStream ignores them.
-    return b"".join(parts)
+    return output.joined()
 
 
 _PRIME32_1 = 0x9E3779B1
@@ -297,16 +404,31 @@ def _xxh32(data: bytes, seed: int = 0) -> int:
 # -- zstd ------------------------------------------------------------------------------
 
 
-def _zstd_decompress(data: bytes | memoryview) -> bytes:
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_SKIPPABLE_MASK = 0xFFFFFFF0
+_ZSTD_SKIPPABLE_MAGIC = 0x184D2A50
+_ZSTD_BLOCK_MAX = 128 * 1024
+_ZSTD_DID_SIZES = (0, 1, 2, 4)
+_ZSTD_FCS_SIZES = (0, 2, 4, 8)
+_UINT32_LE = struct.Struct("<I")
+
+
+def _zstd_decompress(data: bytes | memoryview, limit: int) -> bytes:
     # A streaming decompressor, because Kafka's frames carry no content size, which
-    # ZstdDecompressor.decompress() needs. One decompressobj decodes one frame.
+    # ZstdDecompressor.decompress() needs. One decompressobj decodes one frame. It has
+    # no output bound, so it is fed pieces that end at block boundaries and together
+    # hold no more output than the room left (a block inflates to 128 KiB at most).
     dctx = zstandard.ZstdDecompressor()
-    parts = []
-    remaining: bytes | memoryview = data
+    view = memoryview(data)
+    output = _Output(limit)
+    remaining: bytes | memoryview = view
     try:
         while True:
             dobj = dctx.decompressobj()
-            parts.append(dobj.decompress(remaining))
+            start = 0
+            for end in _zstd_piece_ends(remaining, output.room):
+                output.add(dobj.decompress(remaining[start:end]))
+                start = end
             if not dobj.eof:
                 raise CorruptRecordError("zstd frame is truncated")
             remaining = dobj.unused_data
@@ -314,4 +436,43 @@ def _zstd_decompress(data: bytes | memoryview) -> bytes:
                 break
     except zstandard.ZstdError as e:
         raise CorruptRecordError(f"invalid zstd data: {e}") from e
-    return b"".join(parts)
+    return output.joined()
+
+
+def _zstd_piece_ends(frame: bytes | memoryview, room: int) -> list[int]:
+    """Where to cut the zstd frame at the start of ``frame`` so that no piece can
+    inflate to more than ``room`` bytes (or one block): the end of a run of blocks
+    whose most output fits, the last piece running to the end of ``frame``.
+
+    Only the framing is read (RFC 8878: the frame header's size from its descriptor
+    byte, then 3-byte block headers); the decompressor checks everything else, so a
+    frame this walk cannot follow is fed whole and refused there. Runtime: O(blocks).
+    """
+    n = len(frame)
+    if n < 5:
+        return [n]
+    (magic,) = _UINT32_LE.unpack_from(frame, 0)
+    if magic & _ZSTD_SKIPPABLE_MASK == _ZSTD_SKIPPABLE_MAGIC or magic != _ZSTD_MAGIC:
+        return [n]  # skippable frames inflate to nothing; bad magic is refused
+    descriptor = frame[4]
+    single_segment = descriptor >> 5 & 1
+    fcs_size = _ZSTD_FCS_SIZES[descriptor >> 6] or single_segment
+    pos = 5 + (1 - single_segment) + _ZSTD_DID_SIZES[descriptor & 3] + fcs_size
+    ends: list[int] = []
+    bound = 0
+    while pos + 3 <= n:
+        header = frame[pos] | frame[pos + 1] << 8 | frame[pos + 2] << 16
+        last = header & 1
+        kind = header >> 1 & 3
+        size = header >> 3
+        most = size if kind < 2 else _ZSTD_BLOCK_MAX  # raw, RLE: exactly their size
+        if bound and bound + most > room:
+            ends.append(pos)
+            room -= bound
+            bound = 0
+        bound += most
+        pos += 3 + (1 if kind == 1 else size)
+        if last or kind == 3:
+            break
+    ends.append(n)
+    return ends

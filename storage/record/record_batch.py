@@ -232,10 +232,18 @@ class DefaultRecordBatch:
         return self._buffer[self._start : self._start + self.size]
 
     def columns(
-        self, start_offset: int | None = None, end_offset: int | None = None
+        self,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        *,
+        max_size: int | None = None,
     ) -> RecordColumns:
         """Decode the records with ``start_offset <= offset < end_offset`` (every
         record by default) into columns, decompressing the batch if needed.
+
+        ``max_size``: for a batch being appended, its ``max.message.bytes``: inflating
+        stops as soon as the records' bytes pass it (``RecordTooLargeError``). A stored
+        batch being read leaves it None (see ``compression.decompress``).
 
         Records outside the range are not decoded: those before it are skipped by
         their lengths and offset deltas, decoding stops at the first after it (see
@@ -246,8 +254,9 @@ class DefaultRecordBatch:
             CorruptRecordError: the records do not parse, their count disagrees with
                 ``recordsCount``, or bytes are left over. The CRC is not checked here:
                 callers that read untrusted bytes check ``is_valid()`` first.
+            RecordTooLargeError: with ``max_size``, the records inflate past it.
         """
-        data, pos, end = self._records_bytes()
+        data, pos, end = self._records_bytes(max_size)
         ts_type = self.timestamp_type
         append_time = self.max_timestamp if ts_type is TimestampType.LOG_APPEND_TIME else None
         try:
@@ -302,14 +311,15 @@ class DefaultRecordBatch:
         data, pos, end = self._records_bytes()
         return decode_plain_values(data, pos, end, self.records_count)
 
-    def _records_bytes(self) -> tuple[bytes, int, int]:
-        """The records' bytes (decompressed if needed) and where they start and end."""
+    def _records_bytes(self, max_size: int | None = None) -> tuple[bytes, int, int]:
+        """The records' bytes (decompressed if needed, at most ``max_size`` of them:
+        see ``compression.decompress``) and where they start and end."""
         codec = self.codec
         start = self._start
         if codec is CompressionType.NONE:
             return self._buffer, start + RECORD_BATCH_OVERHEAD, start + self.size
         body = memoryview(self._buffer)[start + RECORD_BATCH_OVERHEAD : start + self.size]
-        data = decompress(codec, body)
+        data = decompress(codec, body, max_size=max_size)
         return data, 0, len(data)
 
     def records(self) -> list[Record]:
@@ -506,13 +516,17 @@ def validate_client_batch(batch: RecordBatch, max_message_bytes: int) -> Default
     A v2 batch with a matching CRC, at most ``max_message_bytes``, whose header count
     equals ``lastOffsetDelta + 1`` and whose records decode to exactly that many, with
     offset deltas 0, 1, 2, ...; not a control batch, not transactional (the log keeps
-    no transaction state), and with a base sequence when it carries a producer id.
+    no transaction state), and with a base sequence when it carries a producer id. A
+    compressed batch's records are held to ``max_message_bytes`` too: inflating stops
+    there (Kafka bounds only the compressed size; a few hundred KB of gzip can hold
+    gigabytes).
 
     Cost: one CRC and one decode of the batch.
 
     Raises:
         CorruptRecordError: the CRC does not match (or the records do not parse).
-        RecordTooLargeError: the batch exceeds ``max_message_bytes``.
+        RecordTooLargeError: the batch, or its records once inflated, exceed
+            ``max_message_bytes``.
         InvalidRecordError: any other rule above.
     """
     position = batch.position
@@ -543,7 +557,7 @@ def validate_client_batch(batch: RecordBatch, max_message_bytes: int) -> Default
         raise InvalidRecordError(
             f"producer id {batch.producer_id} without a base sequence", position
         )
-    offsets = batch.columns().offsets
+    offsets = batch.columns(max_size=max_message_bytes).offsets
     expected = range(batch.base_offset, batch.base_offset + batch.records_count)
     if len(offsets) != batch.records_count or list(offsets) != list(expected):
         raise InvalidRecordError(

@@ -25,6 +25,10 @@ and its ratio to a baseline measured in the same run, with the direction of the 
 - roll stall: the longest gap between two 1-MiB reads of one partition while another
   partition rolls 256-MiB segments (the daemon fsyncs each sealed segment), against the
   longest gap of the same reads alone.
+- readers' memory: the daemon's RSS (``/proc/PID/status``) before, at its peak
+  (``VmHWM``, reset first) and 2 s after many descriptors, opened by 8 threads, each
+  read 2 x 64 KiB of the 100-byte-line partition and closed; against the bounds the
+  budget ``fetch.max.bytes`` sets (lower is better).
 
 Reads come from the page cache (plain files and segments alike): CPU figures for the
 daemon, not disk figures. The machine is shared: compare ratios.
@@ -43,9 +47,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from seglogfs.daemon.read_ahead import FETCH_MAX_BYTES
 from seglogfs.positions import Rendering, position_index_spec
 from storage import BrokerConfig, LogManager
 
@@ -65,14 +71,15 @@ class Sizes:
     small_records: int
     random_reads: int
     roll_bytes: int
+    readers: int
 
 
 # Consume reads 200 MB of 100-byte lines and 1 GB of 4-KiB records: runs of a few
 # hundred ms, in which starting bash and cat (2 ms, paid by the FUSE and plain figures
 # only), the first fills of a stream and a moment of another job's load weigh little
 # (with 205 MB of 4-KiB records, ~55 ms a run, the ratio moved 0.46-0.63).
-FULL = Sizes(1_000_000, 2_000_000, 250_000, 5, 30, 10_000_000, 10_000, 1000, 300 * MIB)
-QUICK = Sizes(100_000, 200_000, 5_000, 2, 10, 200_000, 10_000, 200, 0)
+FULL = Sizes(1_000_000, 2_000_000, 250_000, 5, 30, 10_000_000, 10_000, 1000, 300 * MIB, 1000)
+QUICK = Sizes(100_000, 200_000, 5_000, 2, 10, 200_000, 10_000, 200, 0, 200)
 
 
 def say(text: str = "") -> None:
@@ -269,6 +276,49 @@ def bench_tail(work: Path, mnt: Path, sizes: Sizes) -> Outcome:
     )
 
 
+def rss(pid: int, field: str = "VmRSS") -> int:
+    """``field`` of ``/proc/PID/status``, in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def bench_readers(pid: int, path: Path, sizes: Sizes) -> Outcome:
+    chunk = 64 << 10
+
+    def reader(_: int) -> int:
+        fd = os.open(path, os.O_RDONLY)
+        os.read(fd, chunk)
+        os.read(fd, chunk)
+        return fd
+
+    time.sleep(1)
+    before = rss(pid)
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+    with ThreadPoolExecutor(8) as pool:
+        fds = list(pool.map(reader, range(sizes.readers)))
+    for fd in fds:
+        os.close(fd)
+    time.sleep(2)
+    peak, after = rss(pid, "VmHWM"), rss(pid)
+    peak_bound, after_bound = before + FETCH_MAX_BYTES + 32 * MIB, before + 32 * MIB
+    say(
+        f"readers' memory: {sizes.readers} descriptors read 2 x 64 KiB of MNT/small/0 each "
+        f"and close: daemon RSS {before / MIB:.0f} MiB before, {peak / MIB:.0f} MiB at peak, "
+        f"{after / MIB:.0f} MiB 2 s after (bounds {peak_bound / MIB:.0f} and "
+        f"{after_bound / MIB:.0f} MiB: fetch.max.bytes + 32 MiB, 32 MiB; lower is better)"
+    )
+    return Outcome(
+        "readers' RSS before/peak/after",
+        f"{before / MIB:.0f} / {peak / MIB:.0f} / {after / MIB:.0f} MiB",
+        f"<= {peak_bound / MIB:.0f} / {after_bound / MIB:.0f} MiB",
+        peak <= peak_bound and after <= after_bound,
+    )
+
+
 def build_partition(log_dir: Path, topic: str, records: int) -> int:
     broker = BrokerConfig(log_dirs=(str(log_dir),))
     with LogManager.open(log_dir, broker, extension=position_index_spec) as manager:
@@ -403,6 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 bench_consume(work, log_dir, mnt, "large", sizes.consume_large_records, 4096, sizes)
             )
             outcomes.append(bench_tail(work, mnt, sizes))
+            outcomes.append(bench_readers(daemon.proc.pid, mnt / "small" / "0", sizes))
             stall = bench_roll_stall(work, mnt, sizes, "small")
             if stall is not None:
                 outcomes.append(stall)

@@ -407,8 +407,11 @@ async def test_malformed_frames_never_stop_the_server(log_dir: Path, clock: Manu
             header = json.loads(reply[12 : 12 + length])
             assert header["ok"] is False
             assert header["kind"] == "ProtocolError"
-            # A frame claiming gigabytes is refused by closing the connection.
-            assert await call(_raw_exchange, path, struct.pack(">IQ", 1 << 30, 0)) == b""
+            # A frame claiming gigabytes is refused before it is read, and closed.
+            reply = await call(_raw_exchange, path, struct.pack(">IQ", 1 << 30, 0))
+            header = json.loads(reply[12 : 12 + struct.unpack_from(">I", reply)[0]])
+            assert header["kind"] == "ProtocolError"
+            assert "exceeds 4194304" in header["message"]
             # A client gone mid-frame leaves nothing behind.
             assert await call(_raw_exchange, path, struct.pack(">IQ", 100, 0) + b"{") == b""
             bad_payload = json.dumps({"op": "produce", "args": {"topic": "t"}}).encode()

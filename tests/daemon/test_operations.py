@@ -313,6 +313,22 @@ async def test_views_start_where_their_name_says(
     await ops.release(fh)
 
 
+@pytest.mark.trio
+async def test_a_view_number_past_a_long_names_nothing(ops: Operations) -> None:
+    # Python's int() refuses over 4,300 digits (a ValueError: EIO and a traceback);
+    # one past Long.MAX_VALUE is no offset, count or time of any log: ENOENT.
+    await ops.mkdir(pyfuse3.ROOT_INODE, b"t", 0o755, CTX)
+    await write(ops, "/t/0", b"a\nb\n")
+    topic = await inode_of(ops, "/t")
+    huge = "9" * 5000
+    for name in (f"0@{huge}", f"0@-{huge}", f"0@{2**63}", f"0@-{2**63}", f"0@{huge}x"):
+        assert await fuse_errno(ops.lookup(topic, name.encode(), CTX)) == errno.ENOENT, name[:30]
+    # Leading zeros are Java's parseLong's, however many (13 or more digits: a time).
+    assert await read_all(ops, f"/t/0@{'0' * 5000}1") == b"a\nb\n"
+    assert await read_all(ops, f"/t/0@-{'0' * 5000}1") == b"b\n"
+    assert await read_all(ops, f"/t/0@{2**63 - 1}") == b""  # a time after every record
+
+
 def _expected_bytes(lines: list[bytes]) -> bytes:
     return b"".join(line + b"\n" for line in lines)
 

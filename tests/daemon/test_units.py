@@ -129,8 +129,13 @@ def test_view_names() -> None:
     assert parse_view_name("0@2026-11-22T10:00:00Z") == ViewName(0, timestamp=millis)
     assert parse_view_name("0@2026-11-22T10:00:00") == ViewName(0, timestamp=millis)
     assert parse_view_name("0@2026-11-22T11:00:00+01:00") == ViewName(0, timestamp=millis)
-    for bad in ["0", "0@", "@1", "00@1", "0@x", "0@-", "0@--1", "a@1", "0@1.5", "0@١٢"]:
+    assert parse_view_name(f"0@{2**63 - 1}") == ViewName(0, timestamp=2**63 - 1)
+    assert parse_view_name(f"0@-{'0' * 5000}7") == ViewName(0, last=7)
+    past_a_long = [f"0@{2**63}", f"0@-{2**63}", "0@" + "9" * 5000, "0@-" + "9" * 5000]
+    for bad in ["0", "0@", "@1", "00@1", "0@x", "0@-", "0@--1", "a@1", "0@1.5", "0@١٢", "0@+1"]:
         assert parse_view_name(bad) is None, bad
+    for bad in past_a_long:
+        assert parse_view_name(bad) is None, bad[:30]
 
 
 def test_split_lines_with_and_without_separator() -> None:

@@ -14,9 +14,12 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.errors import CorruptRecordError
+from storage import DefaultRecordBatch, build_record_batch
+from storage.errors import CorruptRecordError, RecordTooLargeError
+from storage.record import compression
 from storage.record.compression import _xxh32, codec_from_name, compress, decompress
 from storage.record.record import CompressionType
+from storage.record.record_batch import validate_client_batch
 
 XERIAL_HEADER = bytes.fromhex("82534e4150505900") + struct.pack(">ii", 1, 1)
 CODECS = list(CompressionType)
@@ -391,3 +394,112 @@ def test_mutated_frames_never_raise_library_errors(
     for index, mask in flips:
         mutated[index % len(mutated)] ^= mask
     _decode_or_corrupt(codec, bytes(mutated[: len(mutated) - cut]), magic)
+
+
+# -- inflation bounds ---------------------------------------------------------------------
+
+BOMB_SIZE = 256 << 20
+"""Zeros a bomb inflates to: gzip holds them in 255 KB, zstd in 8 KB, lz4 in 1 MB."""
+APPEND_LIMIT = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def bombs() -> dict[CompressionType, bytes]:
+    zeros = bytes(BOMB_SIZE)
+    return {codec: compress(codec, zeros) for codec in COMPRESSED_CODECS}
+
+
+def status_bytes(field: str) -> int:
+    """A size from ``/proc/self/status``: ``VmRSS`` (resident now), ``VmHWM`` (peak)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(field)
+
+
+def reset_peak_rss() -> int:
+    """Reset this process's peak RSS (Linux: ``clear_refs`` 5); its RSS now."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return status_bytes("VmRSS")
+
+
+def _peak_rss_growth(fn: Any) -> int:
+    """Bytes by which this process's peak RSS rose above its RSS while ``fn`` ran."""
+    before = reset_peak_rss()
+    fn()
+    return status_bytes("VmHWM") - before
+
+
+@pytest.mark.parametrize("codec", COMPRESSED_CODECS, ids=[c.name for c in COMPRESSED_CODECS])
+def test_a_bomb_stops_inflating_at_the_append_limit(
+    codec: CompressionType, bombs: dict[CompressionType, bytes]
+) -> None:
+    def inflate() -> None:
+        with pytest.raises(RecordTooLargeError) as info:
+            decompress(codec, bombs[codec], max_size=APPEND_LIMIT)
+        assert info.value.limit == APPEND_LIMIT
+        assert APPEND_LIMIT < info.value.size <= APPEND_LIMIT + (256 << 10)
+
+    # Unbounded, each of these held 256 MiB (and the joined copy) before any check.
+    assert _peak_rss_growth(inflate) < 16 << 20
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=[c.name for c in CODECS])
+def test_output_of_exactly_the_limit_passes(codec: CompressionType) -> None:
+    data = _payload((1 << 20) + 12345)
+    compressed = compress(codec, data)
+    assert decompress(codec, compressed, max_size=len(data)) == data
+    with pytest.raises(RecordTooLargeError):
+        decompress(codec, compressed, max_size=len(data) - 1)
+
+
+def test_zstd_bound_holds_across_frames_and_blocks() -> None:
+    # Three frames of many blocks each: the room left carries from frame to frame.
+    frames = [compress(CompressionType.ZSTD, _payload(300_000, seed)) for seed in range(3)]
+    whole = b"".join(_payload(300_000, seed) for seed in range(3))
+    assert decompress(CompressionType.ZSTD, b"".join(frames), max_size=len(whole)) == whole
+    with pytest.raises(RecordTooLargeError):
+        decompress(CompressionType.ZSTD, b"".join(frames), max_size=650_000)
+
+
+def test_snappy_block_declaring_more_than_the_room_is_not_inflated() -> None:
+    # A raw block whose length varint claims 4 GiB is refused from its first bytes.
+    block = b"\xff\xff\xff\xff\x0f" + b"\x00" * 16
+    framed = XERIAL_HEADER + struct.pack(">i", len(block)) + block
+    with pytest.raises(RecordTooLargeError):
+        decompress(CompressionType.SNAPPY, framed, max_size=APPEND_LIMIT)
+
+
+def test_a_stored_batch_past_the_reader_bound_is_corrupt(
+    monkeypatch: pytest.MonkeyPatch, bombs: dict[CompressionType, bytes]
+) -> None:
+    # Readers pass no limit and get MAX_STORED_INFLATION (1 GiB): lowered here so that
+    # the test need not inflate a gigabyte.
+    monkeypatch.setattr(compression, "MAX_STORED_INFLATION", 8 << 20)
+    for codec in COMPRESSED_CODECS:
+        with pytest.raises(CorruptRecordError, match="inflates to more than 8388608 bytes"):
+            decompress(codec, bombs[codec])
+    assert len(
+        decompress(CompressionType.GZIP, compress(CompressionType.GZIP, bytes(8 << 20)))
+    ) == (8 << 20)
+
+
+def test_client_batch_is_refused_once_its_records_pass_max_message_bytes() -> None:
+    # 64 MiB of one value in a 65 KB gzip batch: under max.message.bytes as stored, far
+    # over it once inflated. The broker-side check stops inflating at the limit.
+    batch = DefaultRecordBatch(
+        build_record_batch(
+            [bytes(64 << 20)], timestamps=1_700_000_000_000, codec=CompressionType.GZIP
+        )
+    )
+    assert batch.size < APPEND_LIMIT
+
+    def validate() -> None:
+        with pytest.raises(RecordTooLargeError):
+            validate_client_batch(batch, APPEND_LIMIT)
+
+    assert _peak_rss_growth(validate) < 16 << 20
+    # A stored batch is still read whole.
+    assert batch.records()[0].value == bytes(64 << 20)
