@@ -16,6 +16,7 @@ units of every retained record stay what they were (they do not restart at 0).
 from __future__ import annotations
 
 import itertools
+import mmap
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,10 +103,10 @@ class ExtensionIndex(AbstractIndex):
 
     _last_entry: tuple[int, int]
 
-    def _entries_changed(self) -> None:
+    def _entries_changed(self, buf: mmap.mmap | bytes) -> None:
         n = self._entries
         if n:
-            units, relative = _ENTRY.unpack_from(self._buf, (n - 1) * 12)
+            units, relative = _ENTRY.unpack_from(buf, (n - 1) * 12)
             self._last_entry = (self._base_offset + relative, units)
         else:
             self._last_entry = (self._base_offset, -1)
@@ -121,7 +122,7 @@ class ExtensionIndex(AbstractIndex):
         self._require_open()
         if not self._entries:
             return -1
-        units: int = _INT64.unpack_from(self._buf, 0)[0]
+        units: int = _INT64.unpack_from(self._mapped(), 0)[0]
         return units
 
     def floor_by_units(self, units: int) -> tuple[int, int] | None:
@@ -168,7 +169,7 @@ class ExtensionIndex(AbstractIndex):
         self._require_open()
         if not 0 <= n < self._entries:
             raise IndexError(f"entry {n} requested from {self._path} of {self._entries} entries")
-        units, relative = _ENTRY.unpack_from(self._buf, n * 12)
+        units, relative = _ENTRY.unpack_from(self._mapped(), n * 12)
         return self._base_offset + relative, units
 
     def append(self, offset: int, units: int) -> None:
@@ -183,6 +184,7 @@ class ExtensionIndex(AbstractIndex):
                 fit an int32 relative offset.
             ReadOnlyLogError: the index is read-only.
             ValueError: the index is closed.
+            OSError: ``ENOSPC``: no block for a new page of the file (nothing written).
 
         Runtime complexity: O(1).
         """
@@ -200,6 +202,7 @@ class ExtensionIndex(AbstractIndex):
             )
         relative = self._require_relative_offset(offset)
         buf = self._writable_map()
+        self._ensure_allocated(buf, n * 12 + 12)
         # Units first, relative offset last: see the class doc.
         _INT64.pack_into(buf, n * 12, units)
         _INT32.pack_into(buf, n * 12 + 8, relative)
@@ -220,7 +223,7 @@ class ExtensionIndex(AbstractIndex):
         self._check_sanity(last_offset)
         if not self._entries:
             return
-        first_units, first_relative = _ENTRY.unpack_from(self._buf, 0)
+        first_units, first_relative = _ENTRY.unpack_from(self._mapped(), 0)
         if first_relative != 0:
             raise CorruptIndexError(self._path, "entry 0 does not name the base offset")
         if first_units < 0 or last_units < first_units:
@@ -228,9 +231,10 @@ class ExtensionIndex(AbstractIndex):
 
     def _check(self) -> None:
         self._check_common()
-        if self._closed:
+        buf = self._buf
+        if self._closed or buf is None:
             return
-        entries = [_ENTRY.unpack_from(self._buf, slot * 12) for slot in range(self._entries)]
+        entries = [_ENTRY.unpack_from(buf, slot * 12) for slot in range(self._entries)]
         units = [u for u, _ in entries]
         relatives = [r for _, r in entries]
         assert all(u >= 0 for u in units), units

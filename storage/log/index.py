@@ -13,13 +13,17 @@ lower bound into the log), never complete.
 from __future__ import annotations
 
 import abc
+import errno
 import logging
 import mmap
 import os
 import struct
+import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import ClassVar, Final, Self, TypeVar
 
 from ..errors import (
     ConfigError,
@@ -28,6 +32,7 @@ from ..errors import (
     InvalidOffsetError,
     ReadOnlyLogError,
 )
+from ..record.file_records import HandleOwner, retry_out_of_descriptors
 
 __all__ = ["DEFAULT_MAX_INDEX_SIZE", "INT32_MAX", "AbstractIndex"]
 
@@ -43,6 +48,19 @@ INT32_MAX = 2**31 - 1
 # Kafka's warm section is the last 8 KiB of entries (two 4 KiB pages at most): in-sync
 # lookups land there, so only those pages stay hot in the page cache.
 _WARM_SECTION_BYTES = 8192
+
+_T = TypeVar("_T")
+
+_PAGE: Final = mmap.PAGESIZE
+
+_MADV_POPULATE_WRITE: Final = getattr(mmap, "MADV_POPULATE_WRITE", 23)
+"""Linux 5.14's ``madvise`` that faults pages in writable (allocating their blocks) and
+fails with ``EFAULT`` where a store would have raised ``SIGBUS``; Python 3.11 lacks the
+constant."""
+
+_populate_write = sys.platform.startswith("linux")
+"""Whether ``_MADV_POPULATE_WRITE`` works here (cleared the first time the kernel says
+``EINVAL``: older than 5.14)."""
 
 
 class AbstractIndex(abc.ABC):
@@ -63,9 +81,9 @@ class AbstractIndex(abc.ABC):
     all-zero first slot counts as empty: it is indistinguishable from preallocation, and
     dropping it loses nothing since ``(base_offset, 0)`` is what an empty index answers.
 
-    Opening: a writable open of a missing or empty file creates and preallocates it; a
-    writable open of an existing file maps it at its current size and does *not* grow
-    it: a trimmed (rolled) index is therefore full until the log calls
+    Opening: a writable open of a missing file creates and preallocates it; a writable
+    open of an existing file maps it at its current size (nothing when it is empty) and
+    does *not* grow it: a trimmed (rolled) index is therefore full until the log calls
     ``resize(max_index_size)`` when the segment becomes active again (Kafka does the
     same on load and on truncation back into an old segment). A read-only open
     (``writable=False``) never changes the file, maps only the valid prefix with
@@ -81,23 +99,44 @@ class AbstractIndex(abc.ABC):
     from the log after an unclean shutdown anyway.
 
     Descriptors: a writable index keeps none of its own once mapped (as Kafka closes
-    the file after mapping it): the mapping holds the one CPython's ``mmap`` duplicates,
-    and ``resize`` (trimming on roll and close, regrowing) opens the file by name, which
-    only this writer changes (``rename_to``). A read-only index keeps its descriptor
-    besides its mapping's, to follow the inode through a writer's renames and to map a
-    longer prefix after ``refresh``. Per segment a writer thus holds 3 descriptors
-    (the ``.log`` and one per index) instead of 5, 4 with the file system's position
-    index instead of 7.
+    the file after mapping it): the mapping holds the one CPython's ``mmap`` duplicates.
+    ``resize`` needs no other: it resizes the mapping and the file through that one
+    (``mmap.resize``), or, without a mapping, truncates the file by name; only growing
+    an index that has no mapping opens it by name, which only this writer changes
+    (``rename_to``). So a roll seals its segment (the final entry, the trim) without a
+    descriptor to spare. A read-only index keeps its descriptor besides its mapping's,
+    to follow the inode through a writer's renames and to map a longer prefix after
+    ``refresh``. Per segment a writer thus holds 3 descriptors (the ``.log`` and one per
+    index) instead of 5, 4 with the file system's position index instead of 7.
+
+    Released (Kafka's ``LazyIndex``, which maps an index on first use, and more): an
+    owner bounding the files a process holds (``segment.OpenSegments``) may
+    ``release`` the mapping and descriptors of an index it has not used lately; the
+    next use opens and maps the file again, by name, never creating it (a file
+    deleted meanwhile reads as an empty index, and a writable one as a full one, so
+    the log rolls past it). A writer's entry count survives the release; a reader's
+    view does too, up to what the file still holds (``refresh`` takes a new one). The
+    owner is told of each reopening (``HandleOwner``) and asked to release other files
+    when the process is out of descriptors; the open is then tried once more.
+
+    Full disk: before an entry is written into a page of the mapping no entry used
+    before, the page is faulted in writable (``MADV_POPULATE_WRITE``), which allocates
+    its block: a file system out of space fails that with an ``OSError`` (``ENOSPC``)
+    instead of killing the process with ``SIGBUS`` at the store.
 
     Costs: lookups are a binary search over the mapping, O(log n), restricted first to
     Kafka's "warm" section (the last 8 KiB of entries) when the target lies there, so
     in-sync lookups touch only hot pages. Opening and ``refresh`` are O(log n) ``pread``
     calls plus one ``mmap``. Appends are O(1). ``truncate_to`` is O(log n + removed).
 
-    Thread safety: an instance is not thread-safe. The log's rule: a single writer (the
-    process holding the log directory lock, under the log's lock) owns the one writable
-    instance; every reader thread or process uses its own read-only instance and calls
-    ``refresh`` to see new entries. Readers only map what was valid when they looked,
+    Thread safety: one writer (the process holding the log directory lock, under the
+    log's lock) owns the one writable instance, and any number of threads may look it
+    up meanwhile: a lookup takes the mapping once and reads only slots below an entry
+    count that every trim keeps inside it. The file's handles (opening again,
+    ``release``, ``resize``, ``refresh``, ``close``) change under a lock of the
+    instance; a dropped mapping stays valid while a lookup holds it. A reader process
+    uses its own read-only instance and calls ``refresh`` to see new entries. Readers
+    only map what was valid when they looked,
     so the writer's appends never move memory under them; a writer that shrinks a file
     below a reader's view (``truncate_to`` then ``trim_to_valid_size``, during
     recovery) can make that reader's process fault (SIGBUS), so truncation happens
@@ -133,22 +172,35 @@ class AbstractIndex(abc.ABC):
         self._writable = writable
         self._closed = False
         self._fd = -1
-        self._buf: mmap.mmap | bytes = b""
+        # The mapping; b"" when nothing is mapped, None once released (see the class doc).
+        self._buf: mmap.mmap | bytes | None = b""
         self._length = 0
         self._entries = 0
         self._max_entries = 0
+        # Bytes of the mapping whose pages are known to have blocks (page-aligned).
+        self._populated = 0
         self._warm_entries = _WARM_SECTION_BYTES // self.ENTRY_SIZE
+        self._handle_lock = threading.Lock()
+        self.owner: HandleOwner | None = None
         if writable:
             self._open_writable()
+            self._entries_changed(self._mapped())
         else:
-            self._open_read_only()
-        self._entries_changed()
+            # A missing file is an empty index: an index is a hint, and a reader of a
+            # segment whose index is being rebuilt (or deleted under it) scans the log.
+            self._reopen_read_only(fresh=True)
 
     def _open_writable(self) -> None:
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
+            created = False
+        except FileNotFoundError:
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            created = True
         try:
             length = os.fstat(fd).st_size
-            if length == 0:
+            entries = 0
+            if created:
                 if self._max_index_size < self.ENTRY_SIZE:
                     raise ConfigError(
                         "segment.index.bytes",
@@ -159,10 +211,12 @@ class AbstractIndex(abc.ABC):
                 # trailing zeros mark the end of the valid entries after a crash.
                 length = self._round_down(self._max_index_size)
                 os.ftruncate(fd, length)
-                entries = 0
-            else:
+            elif length:
                 entries = self._count_valid_entries(fd, length)
-            self._buf = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
+            # An existing empty file (a sealed segment's index without entries) stays
+            # so, unmapped and full, as Kafka opens it: preallocating (and mapping) it
+            # cost a sealed segment 10 MiB for nothing, at every open of every segment.
+            self._buf = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE) if length else b""
         finally:
             # The mapping keeps a descriptor of its own (CPython's mmap duplicates it):
             # holding this one too would cost every segment a descriptor per index.
@@ -170,29 +224,21 @@ class AbstractIndex(abc.ABC):
         self._length = length
         self._entries = entries
         self._max_entries = length // self.ENTRY_SIZE
+        # Pages holding entries were written, so they have blocks; past them, the
+        # preallocation is a hole.
+        self._populated = -(-entries * self.ENTRY_SIZE // _PAGE) * _PAGE
 
-    def _open_read_only(self) -> None:
-        try:
-            self._fd = os.open(self._path, os.O_RDONLY)
-        except FileNotFoundError:
-            # An index is a hint: a reader of a segment whose index is missing (being
-            # rebuilt, or deleted under it) answers as an empty index and scans the log.
-            return
-        try:
-            self._map_valid_prefix()
-        except BaseException:
-            os.close(self._fd)
-            self._fd = -1
-            raise
-
-    def _map_valid_prefix(self) -> None:
-        """(Re)read size and entry count of a read-only index; map only the valid prefix.
+    def _map_valid_prefix(self, most: int | None = None) -> None:
+        """(Re)read size and entry count of a read-only index; map only the valid prefix
+        (of at most ``most`` entries: a view reopened after a release stays the view).
 
         Counting uses ``pread``, which returns short reads past EOF instead of faulting,
         so a writer trimming the file meanwhile cannot crash the reader.
         """
         length = os.fstat(self._fd).st_size
         entries = self._count_valid_entries(self._fd, length)
+        if most is not None:
+            entries = min(entries, most)
         if entries != self._entries or not isinstance(self._buf, mmap.mmap):
             # Swap in the new mapping in one store; when entries grow, the buffer is
             # replaced before the count rises, when they shrink, after it falls, so a
@@ -241,6 +287,143 @@ class AbstractIndex(abc.ABC):
         if count == 1 and not any(os.pread(fd, size, 0)):
             count = 0
         return count
+
+    # -- the file's handles --------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the index holds its handles now (neither released nor closed)."""
+        return self._buf is not None and not self._closed
+
+    def release(self) -> None:
+        """Unmap the index and close its descriptor until the next use opens it again.
+
+        Nothing is written (the file is not trimmed): an owner releases the indexes of a
+        segment it has not used lately, from any thread, while the writer leaves the
+        segment alone (``LogSegment`` pins what it changes). Lookups under way finish on
+        the mapping they hold. Idempotent; a closed index stays closed.
+        """
+        with self._handle_lock:
+            if self._closed or self._buf is None:
+                return
+            self._buf = None
+            fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def _mapped(self) -> mmap.mmap | bytes:
+        """The mapping (b"" when nothing is mapped), the file opened again if released.
+
+        Raises:
+            ValueError: the index is closed.
+            OSError: it cannot be opened again (out of descriptors, even after the
+                owner shed some).
+        """
+        buf = self._buf
+        if buf is not None:
+            return buf
+        return self._with_handles(self._reopened)
+
+    def _reopened(self) -> mmap.mmap | bytes:
+        # Under the lock: another thread may have opened it meanwhile.
+        self._require_open()
+        if self._buf is None:
+            if self._writable:
+                self._reopen_writable()
+            else:
+                self._reopen_read_only(fresh=False)
+        buf = self._buf
+        assert buf is not None
+        return buf
+
+    def _with_handles(self, action: Callable[[], _T]) -> _T:
+        """``action()`` under the handle lock, tried once more after the owner shed
+        other files if it ran out of descriptors; the owner is told when it opened the
+        released file again (outside the lock: the owner's lock comes first)."""
+        reopened = False
+
+        def locked() -> _T:
+            nonlocal reopened
+            with self._handle_lock:
+                released = self._buf is None
+                result = action()
+                reopened = reopened or (released and self._buf is not None and not self._closed)
+                return result
+
+        owner = self.owner
+        result = retry_out_of_descriptors(locked, None if owner is None else owner.shed_handles)
+        if reopened and owner is not None:
+            owner.handles_opened()
+        return result
+
+    def _reopen_writable(self) -> None:
+        """Map a released writable index again: its entry count is the writer's own."""
+        try:
+            fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            # Deleted by hand while released. The entries went with it (a hint); an
+            # index with no room makes the log roll rather than write a file it lost.
+            logger.warning("index %s was deleted while released: treating it as full", self._path)
+            self._set_handles(b"", 0)
+            return
+        try:
+            length = os.fstat(fd).st_size
+            buf = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE) if length else b""
+        finally:
+            os.close(fd)
+        self._set_handles(buf, length)
+
+    def _set_handles(self, buf: mmap.mmap | bytes, length: int) -> None:
+        self._length = length
+        self._max_entries = length // self.ENTRY_SIZE
+        self._entries = min(self._entries, self._max_entries)
+        self._populated = min(self._populated, length // _PAGE * _PAGE)
+        self._entries_changed(buf)
+        self._buf = buf
+
+    def _reopen_read_only(self, *, fresh: bool) -> None:
+        """Open a released (or missing) read-only index again; ``fresh``: take the
+        file's valid prefix now (``refresh``), else at most the view it had."""
+        most = None if fresh else self._entries
+        try:
+            self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._entries = 0
+            self._entries_changed(b"")
+            self._buf = b""
+            return
+        try:
+            self._map_valid_prefix(most)
+        except BaseException:
+            os.close(self._fd)
+            self._fd = -1
+            raise
+        self._entries_changed(self._mapped())
+
+    def _ensure_allocated(self, buf: mmap.mmap, end: int) -> None:
+        """Fault in writable the pages of ``buf`` up to byte ``end`` before an entry is
+        written there (see "Full disk" in the class doc).
+
+        Raises:
+            OSError: ``ENOSPC``: the file system has no block for such a page.
+        """
+        global _populate_write
+        start = self._populated
+        if end <= start or not _populate_write:
+            return
+        stop = -(-end // _PAGE) * _PAGE
+        try:
+            buf.madvise(_MADV_POPULATE_WRITE, start, stop - start)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                _populate_write = False  # a kernel before 5.14: stores fault as before
+                return
+            raise OSError(
+                errno.ENOSPC,
+                f"no block for a new entry of index {self._path} ({exc.strerror})",
+                str(self._path),
+            ) from exc
+        self._populated = stop
 
     # -- abstract, entry-format specific -------------------------------------------
 
@@ -291,8 +474,9 @@ class AbstractIndex(abc.ABC):
         self._truncate_to_entries(keep)
 
     @abc.abstractmethod
-    def _entries_changed(self) -> None:
-        """Reload the cached last entry after the entry count or the mapping changed."""
+    def _entries_changed(self, buf: mmap.mmap | bytes) -> None:
+        """Reload the cached last entry from ``buf`` (the mapping) after the entry count
+        or the mapping changed."""
 
     @abc.abstractmethod
     def _check(self) -> None:
@@ -388,6 +572,8 @@ class AbstractIndex(abc.ABC):
 
         Used to trim (``trim_to_valid_size``) and to regrow a trimmed index when its
         segment becomes active again. Growing zero-fills, keeping "prefix, then zeros".
+        Only growing an index that has no mapping (released, or of 0 bytes) opens a
+        descriptor (see "Descriptors" in the class doc).
 
         Returns:
             Whether the size changed.
@@ -398,6 +584,10 @@ class AbstractIndex(abc.ABC):
             OSError: the file cannot be resized or remapped.
         """
         self._require_writable()
+        return self._with_handles(lambda: self._resize(new_size))
+
+    def _resize(self, new_size: int) -> bool:
+        self._require_open()
         rounded = self._round_down(new_size)
         if rounded == self._length:
             return False
@@ -406,6 +596,39 @@ class AbstractIndex(abc.ABC):
                 f"resizing {self._path} to {rounded} bytes would drop entries "
                 f"({self._entries} entries of {self.ENTRY_SIZE} bytes)"
             )
+        buf = self._buf
+        if not self._resize_without_descriptor(buf, rounded):
+            self._resize_by_name(rounded)
+        # The entries are the same (the cached last one too): only the room changed.
+        self._length = rounded
+        self._max_entries = rounded // self.ENTRY_SIZE
+        self._populated = min(self._populated, rounded // _PAGE * _PAGE)
+        return True
+
+    def _resize_without_descriptor(self, buf: mmap.mmap | bytes | None, rounded: int) -> bool:
+        """Resize through the mapping's own descriptor, or shrink by name; False when
+        that cannot be done (no mapping to grow, the file gone, the mapping in use by
+        a buffer export): the caller opens the file by name then."""
+        if not os.path.exists(self._path):
+            return False  # deleted under the writer: ``_open_to_resize`` writes it again
+        if isinstance(buf, mmap.mmap) and rounded > 0:
+            # ftruncate then mremap, both on the descriptor CPython's mmap keeps: a
+            # lookup in another thread holds this same object and reads only slots
+            # below the entry count, which every size keeps inside the mapping.
+            try:
+                buf.resize(rounded)
+            except (BufferError, OSError):
+                return False
+            return True
+        if rounded < self._length:
+            # To 0 bytes (a mapping cannot be), or released: the file alone shrinks.
+            os.truncate(self._path, rounded)
+            if rounded == 0 and buf is not None:
+                self._buf = b""
+            return True
+        return False
+
+    def _resize_by_name(self, rounded: int) -> None:
         # The new mapping replaces the old one in a single store, so a concurrent lookup
         # sees one or the other, never a missing buffer (see ``_unmap``). Growing, the
         # file grows before it is mapped; shrinking, it shrinks after: no mapping of
@@ -419,10 +642,6 @@ class AbstractIndex(abc.ABC):
                 os.ftruncate(fd, rounded)
         finally:
             os.close(fd)
-        self._length = rounded
-        self._max_entries = rounded // self.ENTRY_SIZE
-        self._entries_changed()
-        return True
 
     def _open_to_resize(self, size: int) -> int:
         # By name: a writable index keeps no descriptor (see the class docstring), and
@@ -433,11 +652,17 @@ class AbstractIndex(abc.ABC):
             pass
         # Deleted under the writer (by hand or by a tool). The mapping still holds the
         # entries: write them to a new file of the new size, so that the index on disk
-        # stays whole and the remapping below finds the file at least that long.
+        # stays whole and the remapping below finds the file at least that long. A
+        # released index has no mapping left: its entries went with the file.
         logger.warning("index %s was deleted while open: writing it again", self._path)
+        buf = self._buf
+        if buf is None and self._entries:
+            self._entries = 0
+            self._entries_changed(b"")
         fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
-            os.pwrite(fd, self._buf[: self.size_in_bytes], 0)
+            if buf is not None:
+                os.pwrite(fd, buf[: self.size_in_bytes], 0)
             os.ftruncate(fd, size)
         except BaseException:
             os.close(fd)
@@ -458,8 +683,8 @@ class AbstractIndex(abc.ABC):
 
         A reader calls it to see entries a writer (maybe in another process) appended,
         or to notice a truncation. The descriptor follows the inode, so a rename or an
-        unlink by the writer changes nothing here. A writable index is its own
-        authority: refreshing it is a no-op.
+        unlink by the writer changes nothing here (a released index opens the file
+        again by name). A writable index is its own authority: refreshing it is a no-op.
 
         Returns:
             Whether the entry count or the file size changed.
@@ -473,22 +698,30 @@ class AbstractIndex(abc.ABC):
         self._require_open()
         if self._writable:
             return False
+        return self._with_handles(self._refresh)
+
+    def _refresh(self) -> bool:
+        self._require_open()
+        before = (self._entries, self._length)
         if self._fd < 0:
-            before = (0, 0)
-            self._open_read_only()
+            if self._buf is not None:
+                before = (0, 0)  # the file was missing
+            self._reopen_read_only(fresh=True)
         else:
-            before = (self._entries, self._length)
             self._map_valid_prefix()
-        self._entries_changed()
+            self._entries_changed(self._mapped())
         return (self._entries, self._length) != before
 
     def flush(self) -> None:
         """Write dirty pages of the mapping to disk (``msync``); no-op when read-only.
 
-        The log flushes its ``.log`` first: an index is rebuildable, the log is not.
+        A released index has no mapping to flush: it was released sealed (trimmed, its
+        pages written back by the kernel); the log flushes its ``.log`` first anyway:
+        an index is rebuildable, the log is not.
         """
-        if self._writable and isinstance(self._buf, mmap.mmap):
-            self._buf.flush()
+        buf = self._buf
+        if self._writable and isinstance(buf, mmap.mmap):
+            buf.flush()
 
     def close(self) -> None:
         """Trim (when writable, as Kafka does on close), then unmap and close the file.
@@ -507,15 +740,15 @@ class AbstractIndex(abc.ABC):
             self.close_handler()
 
     def close_handler(self) -> None:
-        """Unmap and close the file without trimming it (e.g. after a rename to .deleted).
-
-        Idempotent.
+        """Unmap and close the file without trimming it (e.g. after a rename to .deleted),
+        for good: the index never opens the file again. Idempotent.
         """
-        self._unmap()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        self._closed = True
+        with self._handle_lock:
+            self._unmap()
+            fd, self._fd = self._fd, -1
+            self._closed = True
+        if fd >= 0:
+            os.close(fd)
 
     def delete_if_exists(self) -> bool:
         """Close the handles, then delete the file.
@@ -543,10 +776,11 @@ class AbstractIndex(abc.ABC):
         Raises:
             OSError: the rename failed (``FileNotFoundError`` if the file is gone).
         """
-        try:
-            os.replace(self._path, path)
-        finally:
-            self._path = Path(path)
+        with self._handle_lock:
+            try:
+                os.replace(self._path, path)
+            finally:
+                self._path = Path(path)
 
     def reset(self) -> None:
         """Remove every entry and regrow the file to ``max_index_size``.
@@ -598,7 +832,7 @@ class AbstractIndex(abc.ABC):
     def _writable_map(self) -> mmap.mmap:
         """The mapping, for a write into a slot the caller checked is below ``max_entries``."""
         self._require_writable()
-        buf = self._buf
+        buf = self._mapped()
         if not isinstance(buf, mmap.mmap):  # only a 0-byte file has no mapping
             raise IndexFullError(self._path, self._entries)
         return buf
@@ -613,7 +847,7 @@ class AbstractIndex(abc.ABC):
 
         Runtime complexity: O(log n).
         """
-        buf = self._buf
+        buf = self._mapped()
         slot = self._largest_lower_bound_slot(target, field, pos, buf)
         if slot < 0:
             return None
@@ -632,7 +866,7 @@ class AbstractIndex(abc.ABC):
         Runtime complexity: O(log n).
         """
         if buf is None:
-            buf = self._buf
+            buf = self._mapped()
         size = self.ENTRY_SIZE
         # Bounded by the buffer taken: a close or remap by another thread between the
         # two reads can only make this lookup answer "no entry" (a safe hint).
@@ -670,27 +904,35 @@ class AbstractIndex(abc.ABC):
         if entries == self._entries:
             return
         start, end = entries * self.ENTRY_SIZE, self.size_in_bytes
-        self._writable_map()[start:end] = bytes(end - start)
+        buf = self._writable_map()
+        buf[start:end] = bytes(end - start)
         self._entries = entries
-        self._entries_changed()
+        self._entries_changed(buf)
 
     def _check_common(self) -> None:
         """The format-independent invariants, for the subclasses' ``_check``."""
         size = self.ENTRY_SIZE
         assert 0 <= self._entries <= self._max_entries, (self._entries, self._max_entries)
         assert self._max_entries == self._length // size
-        assert len(self._buf) >= self._entries * size
+        assert self._populated % _PAGE == 0
+        buf = self._buf
         if self._closed:
             assert self._fd == -1
-            assert self._buf == b""
+            assert buf == b""
             return
+        if buf is None:  # released
+            assert self._fd == -1
+            if self._writable and os.path.exists(self._path):
+                assert os.path.getsize(self._path) == self._length
+            return
+        assert len(buf) >= self._entries * size
         if self._writable:
             assert self._fd == -1, "a writable index keeps no descriptor of its own"
-            assert len(self._buf) == self._length, (len(self._buf), self._length)
+            assert len(buf) == self._length, (len(buf), self._length)
             assert self._length % size == 0
-            tail = self._buf[self._entries * size :]
+            tail = buf[self._entries * size :]
             assert tail == bytes(len(tail)), "bytes after the last entry are not zero"
         else:
-            assert len(self._buf) == self._entries * size
+            assert len(buf) == self._entries * size
         if self._fd >= 0:
             assert os.fstat(self._fd).st_size >= self._entries * size

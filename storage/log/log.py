@@ -10,9 +10,14 @@ daemon sleeps until the earliest); the time comes from an injectable ``Clock``.
 Thread-safety: thread-safe. Appends, roll, retention, truncation, flush and close
 take the log's lock. Reads do not: any number of threads read concurrently with them,
 on a snapshot of the segment map and ``pread`` below sizes that only grow. Segments
-removed by retention keep their descriptors open for ``file.delete.delay.ms`` so that
-a read in progress can finish; a read still in a segment after that raises
+removed by retention stay readable for ``file.delete.delay.ms`` (a read in progress
+holds its descriptor; a new one opens the ``.deleted`` file) so that a read in
+progress can finish; a read still in a segment after that raises
 ``SegmentDeletedError`` (an ``OffsetOutOfRangeError``: reposition at the log start).
+
+Descriptors: a writable log pins its active segment (its files stay open and mapped);
+every other segment's files are opened on use and released when the process has more
+than its bound of segments open (``segment.OpenSegments``, ``log.segment.open.max``).
 
 A log opened with ``writable=False`` never changes a file: it is how another process
 reads a log directory a writer owns (``refresh()`` picks up new data and segments) and
@@ -39,6 +44,7 @@ from ..errors import (
     ReadOnlyLogError,
     RecordTooLargeError,
     SegmentDeletedError,
+    StorageError,
 )
 from ..record.batch_builder import build_record_batch
 from ..record.compression import codec_from_name
@@ -124,6 +130,9 @@ class Log:
         self._last_flush_ms = clock.milliseconds()
         # Private directories holding indexes a read-only log had to rebuild.
         self._scratch_dirs = list(scratch_dirs)
+        if writable:
+            # The writer's active segment keeps its files: appends never reopen them.
+            self.active_segment.pin()
 
     @classmethod
     def open(
@@ -482,12 +491,17 @@ class Log:
         """Seal the active segment and start a new one at the log end offset.
 
         The sealed segment is fsynced and the recovery point moves to the new segment.
-        A roll of an empty active segment is a no-op (Kafka would recreate it).
+        A roll of an empty active segment is a no-op (Kafka would recreate it). A roll
+        that fails (``EMFILE``, ``ENOSPC``, ``EIO``) changes nothing: the active segment
+        stays active, its indexes as they were, no file of the new one is left, and the
+        next append tries again.
 
         Blocking: the ``fsync`` of the sealed segment (see ``append``).
 
         Raises:
             ReadOnlyLogError: the log is read-only or closed.
+            OSError: the new segment's files could not be made, or the sealed segment's
+                ``.log`` not fsynced.
         """
         with self._lock:
             self._check_writable()
@@ -495,23 +509,47 @@ class Log:
             new_offset = self._next_offset
             if active.base_offset == new_offset:
                 return active
-            active.on_becoming_inactive()
-            # Kafka flushes the sealed segment (asynchronously) and moves the recovery
-            # point past it. Doing it here, before the new segment exists, keeps the
-            # crash guarantee simple: only the active segment can lose unflushed data,
-            # so recovery always leaves a prefix of what was appended.
-            active.flush()
-            self.recovery_point = max(self.recovery_point, new_offset)
-            segment = LogSegment.open(
+            # The order is important below. Everything that can fail comes before any
+            # change to the active segment: (1) the new segment's files, indexes first
+            # and the .log last (a crash leaves orphan indexes that the loader removes;
+            # a failure deletes what was made); (2) the fsync of the active segment's
+            # .log, the only durability that matters (Kafka flushes the sealed segment
+            # asynchronously; doing it here, before the new segment is published, keeps
+            # the crash guarantee simple: only the active segment can lose unflushed
+            # data, so recovery always leaves a prefix of what was appended). Then (3)
+            # the active segment is sealed (final time-index entry, indexes trimmed),
+            # which needs no descriptor and only writes hints: a failure there is
+            # logged, not raised; (4) the recovery point moves and the new segment is
+            # published. Kafka seals first and then opens the new segment, and takes
+            # the log directory offline on any IOException in between.
+            segment = LogSegment.create(
                 self.dir,
                 new_offset,
                 self.config,
                 self.clock.milliseconds(),
                 rolling_jitter_ms=self._random_jitter(),
                 extension_spec=self.extension,
+                extension_start=active.extension_end,
             )
-            segment.start_extension(active.extension_end)
+            try:
+                active.flush_log()
+            except BaseException:
+                segment.delete_if_exists()
+                raise
+            try:
+                active.on_becoming_inactive()
+                for index in active.indexes():
+                    index.flush()
+            except (StorageError, OSError) as exc:
+                logger.warning(
+                    "%s: segment %d sealed with its indexes as they were: %s",
+                    self.dir.name,
+                    active.base_offset,
+                    exc,
+                )
+            self.recovery_point = max(self.recovery_point, new_offset)
             self.segments.add(segment)
+            active.unpin()
             logger.debug("%s: rolled to segment %d", self.dir.name, new_offset)
             return segment
 
@@ -905,11 +943,14 @@ class Log:
                 return
             if offset <= self.log_start_offset:
                 offset = self.log_start_offset
+            previous_active = self.active_segment
             for segment in reversed(self.segments.values()):
                 if segment.base_offset > offset and len(self.segments) > 1:
                     self.segments.remove(segment.base_offset)
                     segment.delete_if_exists()
             active = self.active_segment
+            if active is not previous_active:
+                active.pin()
             active.truncate_to(offset)
             for index in active.indexes():
                 index.resize(self.config.segment_index_bytes)

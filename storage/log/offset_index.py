@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import mmap
 import struct
 from typing import ClassVar
 
@@ -41,12 +42,10 @@ class OffsetIndex(AbstractIndex):
 
     _last_offset: int
 
-    def _entries_changed(self) -> None:
+    def _entries_changed(self, buf: mmap.mmap | bytes) -> None:
         n = self._entries
         self._last_offset = (
-            self._base_offset + _INT32.unpack_from(self._buf, (n - 1) * 8)[0]
-            if n
-            else self._base_offset
+            self._base_offset + _INT32.unpack_from(buf, (n - 1) * 8)[0] if n else self._base_offset
         )
 
     @property
@@ -98,7 +97,7 @@ class OffsetIndex(AbstractIndex):
         self._require_open()
         if not 0 <= n < self._entries:
             raise IndexError(f"entry {n} requested from {self._path} of {self._entries} entries")
-        relative, position = _ENTRY.unpack_from(self._buf, n * 8)
+        relative, position = _ENTRY.unpack_from(self._mapped(), n * 8)
         return self._base_offset + relative, position
 
     def append(self, offset: int, position: int) -> None:
@@ -107,6 +106,7 @@ class OffsetIndex(AbstractIndex):
         Raises:
             IndexFullError: every slot is used (an ``IndexError`` and a
                 ``StorageError``); the log rolls the segment on ``is_full`` first.
+            OSError: ``ENOSPC``: no block for a new page of the file (nothing written).
             InvalidOffsetError: ``offset`` is not larger than ``last_offset`` while
                 entries exist, or ``offset - base_offset`` does not fit an int32.
             ReadOnlyLogError: the index is read-only.
@@ -122,6 +122,7 @@ class OffsetIndex(AbstractIndex):
             )
         relative = self._require_relative_offset(offset)
         buf = self._writable_map()
+        self._ensure_allocated(buf, n * 8 + 8)
         # Relative offset first: a torn entry then reads as (offset, 0), still a safe
         # lower bound; the reverse would read as (base_offset, position) and skip data.
         _INT32.pack_into(buf, n * 8, relative)
@@ -142,9 +143,10 @@ class OffsetIndex(AbstractIndex):
 
     def _check(self) -> None:
         self._check_common()
-        if self._closed:
+        buf = self._buf
+        if self._closed or buf is None:
             return
-        relatives = [_INT32.unpack_from(self._buf, slot * 8)[0] for slot in range(self._entries)]
+        relatives = [_INT32.unpack_from(buf, slot * 8)[0] for slot in range(self._entries)]
         assert all(r >= 0 for r in relatives), relatives
         assert all(a < b for a, b in itertools.pairwise(relatives)), relatives
         expected_last = self._base_offset + relatives[-1] if relatives else self._base_offset

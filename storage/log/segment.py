@@ -14,27 +14,47 @@ An optional extension index (``ExtensionIndexSpec``) is kept in step with the ot
 created with the segment, fed on append, truncated, trimmed, renamed and deleted with
 it, rebuilt by ``recover``.
 
+Descriptors and mappings: a segment's files are opened when it is made and may then
+be released (descriptors closed, mappings dropped) and opened again on the next use,
+as Kafka's ``LazyIndex`` maps an index on first use. ``OpenSegments`` decides: it keeps
+the segments of the process that hold files open in least-recently-used order and
+releases the oldest once more than its bound are open, so a process holds descriptors
+and mappings for a bounded number of segments, whatever the number of segments on disk.
+A segment being changed is *pinned* (the log pins its active segment; every method
+below that writes pins the segment while it runs): a pinned segment is never released,
+so writes never race a release.
+
 Thread-safety: not thread-safe for mutation; the owning ``Log`` serialises appends,
 truncation, roll and close. Reads (``batches_from``, ``translate_offset``, the
 timestamp and extension lookups) may run in any number of threads concurrently with
-an append, a roll or a deletion: lazily loaded facts are computed under the segment's
-own lock, so a reader never overwrites what the writer knows with an older view, and
-a segment closed under a reader makes its reads raise ``SegmentDeletedError``.
+an append, a roll, a deletion or a release: lazily loaded facts are computed under
+the segment's own lock, so a reader never overwrites what the writer knows with an
+older view; a read that finds the segment released opens its files again; and a
+segment closed under a reader makes its reads raise ``SegmentDeletedError``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
+import resource
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from itertools import dropwhile
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Concatenate, Final, Generic, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
 from ..errors import CorruptIndexError, CorruptRecordError, SegmentDeletedError, StorageError
-from ..record.file_records import FileRecords, OffsetPosition, Tail, TimestampAndOffset
+from ..record.file_records import (
+    FileRecords,
+    OffsetPosition,
+    Tail,
+    TimestampAndOffset,
+    retry_out_of_descriptors,
+)
 from ..record.record_batch import RecordBatch
 from .extension_index import ExtensionIndex, ExtensionIndexSpec
 from .file_names import (
@@ -43,11 +63,165 @@ from .file_names import (
     offset_index_file,
     time_index_file,
 )
+from .index import AbstractIndex
 from .log_config import LogConfig
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_OPEN_SEGMENTS: Final = 1000
+"""``log.segment.open.max``'s default: segments a process keeps open besides the pinned
+ones (each log's active segment). Kafka has no such setting (a broker keeps every
+segment's ``.log`` open and maps each index on first use for good, and its operators
+raise ``ulimit -n`` and ``vm.max_map_count``); 1,000 segments are at most 7,000
+descriptors and 3,000 mappings, next to ``max.broker.partitions`` (4,000) active
+segments of 4 descriptors each: 23,000 of the unit's ``LimitNOFILE=65536``, and 15,000
+mappings of Linux's default 65,530."""
+
+DESCRIPTORS_PER_SEGMENT: Final = 7
+"""The most descriptors an open segment holds: its ``.log``, and two per index
+(``.index``, ``.timeindex``, an extension index) in a reader, its own and its mapping's;
+a writer holds one per index (4 in all)."""
+
+MAPPINGS_PER_SEGMENT: Final = 3
+"""The most mappings an open segment holds: one per index."""
+
+NOFILE_SHARE: Final = 4
+"""Open segments take at most 1/4 of the process's soft ``RLIMIT_NOFILE``: the rest is
+for the active segments, the descriptors each read in progress duplicates, sockets and
+whatever else the process opens. A shell's soft limit of 1,024 allows 36 segments."""
+
+
+class OpenSegments:
+    """The segments of this process whose files may be open, least recently used first.
+
+    When more than ``limit()`` unpinned segments are open, the least recently used are
+    released (``LogSegment.release_handles``: descriptors closed, mappings dropped; the
+    next use opens them again). Pinned segments (each writer's active segment, and a
+    segment while a method changes it) are never released and do not count. The bound
+    is ``max_open`` (``log.segment.open.max``, ``DEFAULT_MAX_OPEN_SEGMENTS``), lowered
+    to ``NOFILE_SHARE``'s share of the soft ``RLIMIT_NOFILE`` at
+    ``DESCRIPTORS_PER_SEGMENT`` each: a process therefore holds at most
+    ``limit() * DESCRIPTORS_PER_SEGMENT`` descriptors and ``limit() *
+    MAPPINGS_PER_SEGMENT`` mappings for sealed segments, plus 4 (a reader: 7) and 3 per
+    pinned segment and one per read in progress. When an open fails for want of
+    descriptors anyway (``EMFILE``: other code took them), ``shed`` releases every
+    unpinned segment and the open is tried once more.
+
+    One instance serves the process (``OPEN_SEGMENTS``): descriptors and mappings are
+    the process's, whichever log or ``LogManager`` holds them.
+
+    Thread-safety: thread-safe; one lock, held for O(1) bookkeeping and for the
+    releases it decides (a ``close`` and an unmap per file). Lock order: this lock,
+    then a file's handle lock; files tell it of a reopening after dropping theirs.
+
+    Costs: ``touch``, ``pin``, ``unpin``, ``admit`` and ``discard`` O(1) (an
+    ``OrderedDict`` move), plus the releases; ``limit()`` one ``getrlimit``, taken only
+    when a segment is admitted or unpinned. Kafka's closest cache, the
+    ``RemoteIndexCache`` of tiered storage, is bounded in bytes; what runs out here is
+    descriptors, so this counts segments.
+    """
+
+    def __init__(self, max_open: int = DEFAULT_MAX_OPEN_SEGMENTS) -> None:
+        self.max_open = max_open
+        self._lock = threading.Lock()
+        # Unpinned segments that may hold files, least recently used first.
+        self._lru: OrderedDict[LogSegment, None] = OrderedDict()
+        self.releases = 0
+        """Segments released so far (for tests and metrics)."""
+
+    def limit(self) -> int:
+        """The bound now: ``max_open``, within the share of ``RLIMIT_NOFILE``; at least 1."""
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        share = self.max_open
+        if soft != resource.RLIM_INFINITY:
+            share = soft // NOFILE_SHARE // DESCRIPTORS_PER_SEGMENT
+        return max(1, min(self.max_open, share))
+
+    def __len__(self) -> int:
+        """Unpinned segments that may hold files."""
+        return len(self._lru)
+
+    def __contains__(self, segment: object) -> bool:
+        return segment in self._lru
+
+    def touch(self, segment: LogSegment) -> None:
+        """``segment`` was used: it becomes the most recently used."""
+        with self._lock, contextlib.suppress(KeyError):
+            self._lru.move_to_end(segment)
+
+    def admit(self, segment: LogSegment) -> None:
+        """``segment`` opened a file: track it (unless pinned or closed), most recently
+        used, and release the least recently used beyond the bound."""
+        with self._lock:
+            lru = self._lru
+            if segment.pins or segment.closed:
+                return
+            if lru and next(reversed(lru)) is segment:
+                return  # another of its files opened: already the most recent
+            lru[segment] = None
+            lru.move_to_end(segment)
+            self._release_beyond(self.limit())
+
+    def pin(self, segment: LogSegment) -> None:
+        """Keep ``segment`` from being released until as many ``unpin`` calls."""
+        with self._lock:
+            segment.pins += 1
+            self._lru.pop(segment, None)
+
+    def unpin(self, segment: LogSegment) -> None:
+        """Undo one ``pin``; the last makes the segment the most recently used."""
+        with self._lock:
+            segment.pins -= 1
+            assert segment.pins >= 0, segment
+            if segment.pins == 0 and not segment.closed:
+                self._lru[segment] = None
+                self._release_beyond(self.limit())
+
+    def discard(self, segment: LogSegment) -> None:
+        """Forget ``segment`` (closed for good)."""
+        with self._lock:
+            self._lru.pop(segment, None)
+
+    def shed(self) -> bool:
+        """Release every unpinned segment (the process is out of descriptors); return
+        whether there was any."""
+        with self._lock:
+            released = bool(self._lru)
+            self._release_beyond(0)
+            return released
+
+    def _release_beyond(self, limit: int) -> None:
+        lru = self._lru
+        while len(lru) > limit:
+            segment, _ = lru.popitem(last=False)
+            try:
+                segment.release_handles()
+            except OSError as exc:  # a close that failed: the descriptor is gone anyway
+                logger.warning("%s: releasing its files: %s", segment.path, exc)
+            self.releases += 1
+
+
+OPEN_SEGMENTS = OpenSegments()
+"""The process's ``OpenSegments``: ``OPEN_SEGMENTS.max_open`` is ``log.segment.open.max``."""
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _pinning(
+    method: Callable[Concatenate[LogSegment, _P], _R],
+) -> Callable[Concatenate[LogSegment, _P], _R]:
+    """Run a method that writes the segment's files with the segment pinned."""
+
+    def pinned(segment: LogSegment, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with segment.pinned():
+            return method(segment, *args, **kwargs)
+
+    functools.update_wrapper(pinned, method)
+    return pinned
 
 
 def _from_offset(offset: int, batches: Iterator[RecordBatch]) -> Iterator[RecordBatch]:
@@ -65,6 +239,36 @@ class AppendedBatch(NamedTuple):
     max_timestamp: int
     size: int
     units: int = 0
+
+
+_I = TypeVar("_I", bound="AbstractIndex | None")
+
+
+class _OwnedIndex(Generic[_I]):
+    """An index attribute of a ``LogSegment``: the segment becomes the owner of what
+    is stored in it (told when the index opens its file again)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attribute = "_" + name
+
+    @overload
+    def __get__(self, segment: None, objtype: type | None = None) -> _OwnedIndex[_I]: ...
+
+    @overload
+    def __get__(self, segment: LogSegment, objtype: type | None = None) -> _I: ...
+
+    def __get__(
+        self, segment: LogSegment | None, objtype: type | None = None
+    ) -> _I | _OwnedIndex[_I]:
+        if segment is None:
+            return self
+        index: _I = getattr(segment, self._attribute)
+        return index
+
+    def __set__(self, segment: LogSegment, index: _I) -> None:
+        if index is not None:
+            index.owner = segment
+        setattr(segment, self._attribute, index)
 
 
 class _SegmentFile(Protocol):
@@ -98,7 +302,13 @@ class LogSegment:
         created_ms: int,
         extension: ExtensionIndex | None = None,
         extension_spec: ExtensionIndexSpec | None = None,
+        *,
+        open_segments: OpenSegments = OPEN_SEGMENTS,
     ) -> None:
+        self.open_segments = open_segments
+        self.pins = 0
+        """Pins held (``pin``); changed under ``open_segments``' lock."""
+        log.owner = self
         self.log = log
         self.offset_index = offset_index
         self.time_index = time_index
@@ -109,6 +319,7 @@ class LogSegment:
         self.rolling_jitter_ms = rolling_jitter_ms
         self.created_ms = created_ms
         self._bytes_since_last_index_entry = 0
+        self._index_entry_skipped_logged = False
         # Serialises the lazy loads below between reader threads and the writer.
         self._lazy_lock = threading.Lock()
         # (max timestamp, shallow offset of it) over the segment; loaded lazily since
@@ -122,6 +333,12 @@ class LogSegment:
         self.extension_end = 0
         self._units_since_last_extension_entry = 0
 
+    # The indexes tell their segment when they open their file again (``HandleOwner``):
+    # setting one (the loader swaps in scratch indexes for a reader) makes it so.
+    offset_index: _OwnedIndex[OffsetIndex] = _OwnedIndex()
+    time_index: _OwnedIndex[TimeIndex] = _OwnedIndex()
+    extension: _OwnedIndex[ExtensionIndex | None] = _OwnedIndex()
+
     @classmethod
     def open(
         cls,
@@ -134,14 +351,61 @@ class LogSegment:
         file_suffix: str = "",
         rolling_jitter_ms: int = 0,
         extension_spec: ExtensionIndexSpec | None = None,
+        open_segments: OpenSegments = OPEN_SEGMENTS,
     ) -> LogSegment:
         """Open (creating if missing, when writable) the segment at ``base_offset``.
 
         The extension index, when ``extension_spec`` is given, is opened too; its
         start and end units are the caller's to settle (``start_extension``,
-        ``load_extension_end``, or ``recover``).
+        ``load_extension_end``, or ``recover``). The segment joins ``open_segments``
+        (released when it has not been used lately). Out of descriptors,
+        ``open_segments`` sheds its segments and the open is tried once more.
+
+        Raises:
+            OSError: a file cannot be opened (``EMFILE`` even after the shedding).
         """
-        log = FileRecords(log_file(directory, base_offset, file_suffix), writable=writable)
+        segment = retry_out_of_descriptors(
+            lambda: cls._open_files(
+                directory,
+                base_offset,
+                config,
+                created_ms,
+                writable=writable,
+                file_suffix=file_suffix,
+                rolling_jitter_ms=rolling_jitter_ms,
+                extension_spec=extension_spec,
+                open_segments=open_segments,
+            ),
+            open_segments.shed,
+        )
+        open_segments.admit(segment)
+        return segment
+
+    @classmethod
+    def _open_files(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        created_ms: int,
+        *,
+        writable: bool,
+        file_suffix: str,
+        rolling_jitter_ms: int,
+        extension_spec: ExtensionIndexSpec | None,
+        open_segments: OpenSegments,
+        extension_start: int | None = None,
+    ) -> LogSegment:
+        # The order is important: the indexes first, the .log last. Creating, the .log
+        # is what makes a segment (the loader removes index files without one), so a
+        # crash part way leaves no segment. Reading, the log's size is taken after the
+        # indexes counted their entries: the writer (maybe another process, appending
+        # meanwhile) writes a batch's log bytes before its index entries, and a
+        # read-only index counts its valid prefix with ``pread`` of the shared page
+        # cache, where the writer's mmap stores land, so every entry counted names
+        # bytes the log file already held when it is opened. A size taken before could
+        # end before a batch an entry names, and the indexes would look corrupt
+        # (``indexes_plausible``) for no reason.
         opened: list[OffsetIndex | TimeIndex | ExtensionIndex] = []
         try:
             offset_index = OffsetIndex(
@@ -168,22 +432,15 @@ class LogSegment:
                     config.segment_index_bytes,
                     writable=writable,
                 )
+                opened.append(extension)
+                if extension_start is not None:
+                    extension.append(base_offset, extension_start)
+            log = FileRecords(log_file(directory, base_offset, file_suffix), writable=writable)
         except BaseException:
             for index in opened:
                 index.close_handler()
-            log.close()
             raise
-        if not writable:
-            # The order is important: a reader's log size is taken after its indexes
-            # counted their entries. The writer (maybe another process, appending
-            # meanwhile) writes a batch's log bytes before its index entries, and a
-            # read-only index counts its valid prefix with ``pread`` of the shared page
-            # cache, where the writer's mmap stores land: every entry counted names bytes
-            # the log file already held, so this fstat sees them. A size taken at the
-            # log's open could end before a batch an entry names, and the indexes would
-            # look corrupt (``indexes_plausible``) for no reason.
-            log.refresh_size()
-        return cls(
+        segment = cls(
             log,
             offset_index,
             time_index,
@@ -193,7 +450,122 @@ class LogSegment:
             created_ms,
             extension,
             extension_spec,
+            open_segments=open_segments,
         )
+        if extension_start is not None:
+            segment.extension_start = segment.extension_end = extension_start
+        return segment
+
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        created_ms: int,
+        *,
+        rolling_jitter_ms: int = 0,
+        extension_spec: ExtensionIndexSpec | None = None,
+        extension_start: int = 0,
+        open_segments: OpenSegments = OPEN_SEGMENTS,
+    ) -> LogSegment:
+        """Make the files of a new segment at ``base_offset`` (a roll's); return it pinned.
+
+        The indexes come first, preallocated to ``segment.index.bytes``, the extension
+        index with its entry 0 (the units at the segment start, ``extension_start``);
+        the ``.log`` comes last (see ``_open_files``). Any failure (``EMFILE``,
+        ``ENOSPC``, ...) deletes every file this call made: nothing of the segment is
+        left. Files already at those names (a roll that failed and could not clean up)
+        are deleted first, as Kafka's roll does. Out of descriptors, ``open_segments``
+        sheds its segments and the creation is tried once more.
+
+        Raises:
+            OSError: the files cannot be made; none of them exists.
+        """
+        paths = [
+            offset_index_file(directory, base_offset),
+            time_index_file(directory, base_offset),
+            log_file(directory, base_offset),
+        ]
+        if extension_spec is not None:
+            paths.append(extension_index_file(directory, base_offset, extension_spec.suffix))
+        for path in paths:
+            if path.exists():
+                logger.warning("newly rolled segment file %s already exists; deleting it", path)
+                path.unlink()
+
+        def made() -> LogSegment:
+            try:
+                return cls._open_files(
+                    directory,
+                    base_offset,
+                    config,
+                    created_ms,
+                    writable=True,
+                    file_suffix="",
+                    rolling_jitter_ms=rolling_jitter_ms,
+                    extension_spec=extension_spec,
+                    open_segments=open_segments,
+                    extension_start=extension_start,
+                )
+            except BaseException:
+                for path in paths:
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                raise
+
+        segment = retry_out_of_descriptors(made, open_segments.shed)
+        segment.pins = 1
+        return segment
+
+    # -- descriptors and mappings ------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether the segment was closed (or deleted): it never opens a file again."""
+        return self.log.closed
+
+    @property
+    def is_open(self) -> bool:
+        """Whether any of its files holds a descriptor or mapping now."""
+        return self.log.is_open or any(index.is_open for index in self.indexes())
+
+    def pin(self) -> None:
+        """Keep the segment's files open (not released) until ``unpin``; pins nest."""
+        self.open_segments.pin(self)
+
+    def unpin(self) -> None:
+        """Undo a ``pin``; after the last the segment may be released again."""
+        self.open_segments.unpin(self)
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Pinned for the block (every method that writes a file runs so)."""
+        self.pin()
+        try:
+            yield
+        finally:
+            self.unpin()
+
+    def release_handles(self) -> None:
+        """Close the descriptors and drop the mappings of every file (``OpenSegments``
+        calls it, never on a pinned segment); the next use opens them again."""
+        self.log.release()
+        for index in self.indexes():
+            index.release()
+
+    def handles_opened(self) -> None:
+        """``HandleOwner``: a file opened again, so the segment is open (and used)."""
+        self.open_segments.admit(self)
+
+    def shed_handles(self) -> bool:
+        """``HandleOwner``: out of descriptors; release the unpinned segments."""
+        return self.open_segments.shed()
+
+    def _touch(self) -> None:
+        # The log's active segment is pinned (outside the bookkeeping): no lock for it.
+        if not self.pins:
+            self.open_segments.touch(self)
 
     # -- facts -----------------------------------------------------------------------
 
@@ -214,6 +586,7 @@ class LogSegment:
         known = self._max_timestamp_and_offset
         if known is not None:
             return known
+        self._touch()
         with self._lazy_lock:
             if self._max_timestamp_and_offset is None:
                 last_ts, last_offset = self.time_index.last_entry
@@ -250,6 +623,7 @@ class LogSegment:
     def first_batch_timestamp(self) -> int | None:
         """Max timestamp of the first batch: what ``segment.ms`` is measured from."""
         if not self._rolling_based_loaded:
+            self._touch()
             with self._lazy_lock:
                 if not self._rolling_based_loaded:
                     for batch in self.log.batches(0):
@@ -271,9 +645,23 @@ class LogSegment:
         an index entry must never point past the end of the log (a crash between the
         two leaves an index that merely lacks its newest entry, which lookups tolerate).
 
+        An index entry that cannot be written (``ENOSPC`` for a new page of the index
+        file) is skipped with a warning: the index is sparse, lookups scan further.
+
         Raises:
             OSError: the write failed; the segment is unchanged.
         """
+        # The log pins its active segment: no bookkeeping per append then.
+        pinned_here = not self.pins
+        if pinned_here:
+            self.pin()
+        try:
+            return self._append(data, batches)
+        finally:
+            if pinned_here:
+                self.unpin()
+
+    def _append(self, data: bytes, batches: Sequence[AppendedBatch]) -> int:
         # Loaded before the write: a lazy load afterwards would scan the new batches
         # too and index early batches with a later batch's max timestamp.
         current = self.max_timestamp_and_offset()
@@ -296,11 +684,29 @@ class LogSegment:
         # Checked before counting this batch: the first batch of a segment is never
         # indexed, exactly as Kafka does, so index files are byte-identical to Kafka's.
         if self._bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(last_offset, position)
-            max_ts = self.max_timestamp_and_offset()
-            self.time_index.maybe_append(max_ts.timestamp, max_ts.offset)
-            self._bytes_since_last_index_entry = 0
+            try:
+                self.offset_index.append(last_offset, position)
+            except OSError as exc:
+                self._index_entry_skipped(self.offset_index, exc)
+            else:
+                self._bytes_since_last_index_entry = 0
+                max_ts = self.max_timestamp_and_offset()
+                try:
+                    self.time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+                except OSError as exc:
+                    self._index_entry_skipped(self.time_index, exc)
         self._bytes_since_last_index_entry += size
+
+    def _index_entry_skipped(
+        self, index: OffsetIndex | TimeIndex | ExtensionIndex, exc: OSError
+    ) -> None:
+        # The log bytes are written: failing the append now would leave them there
+        # unaccounted for. An index is sparse; a missing entry costs a longer scan.
+        if not self._index_entry_skipped_logged:
+            self._index_entry_skipped_logged = True
+            logger.warning(
+                "%s: index entry not written (%s); lookups scan further", index.path, exc
+            )
 
     def _maybe_index_extension(self, base_offset: int, units: int) -> None:
         # An entry marks a batch start once more than ``interval`` units passed since
@@ -310,8 +716,12 @@ class LogSegment:
         if extension is None or spec is None:
             return
         if self._units_since_last_extension_entry > spec.interval and not extension.is_full:
-            extension.append(base_offset, self.extension_end)
-            self._units_since_last_extension_entry = 0
+            try:
+                extension.append(base_offset, self.extension_end)
+            except OSError as exc:
+                self._index_entry_skipped(extension, exc)
+            else:
+                self._units_since_last_extension_entry = 0
         self._units_since_last_extension_entry += units
         self.extension_end += units
 
@@ -329,7 +739,8 @@ class LogSegment:
         """Write entry 0 (base offset, start units) if the index lacks it (writable)."""
         extension = self.extension
         if extension is not None and extension.entries == 0 and extension.writable:
-            extension.append(self.base_offset, self.extension_start)
+            with self.pinned():
+                extension.append(self.base_offset, self.extension_start)
 
     def load_extension(self, expected_start: int | None) -> bool:
         """Derive the start and end units from the index and the log tail.
@@ -343,6 +754,7 @@ class LogSegment:
         extension, spec = self.extension, self.extension_spec
         if extension is None or spec is None:
             return True
+        self._touch()
         first = extension.first_units
         if first < 0:
             # No entry 0: a new segment, or one starting at 0 (its entry reads as none).
@@ -370,6 +782,7 @@ class LogSegment:
         self._units_since_last_extension_entry = units
         return True
 
+    @_pinning
     def rebuild_extension(self, start_units: int) -> None:
         """Rebuild the extension index from the log, starting at ``start_units``.
 
@@ -397,6 +810,7 @@ class LogSegment:
     def _extension_floor(
         self, lookup: Callable[[ExtensionIndex, int], tuple[int, int] | None], key: int
     ) -> tuple[int, int]:
+        self._touch()
         try:
             found = None if self.extension is None else lookup(self.extension, key)
         except ValueError:
@@ -427,6 +841,7 @@ class LogSegment:
             CorruptRecordError: an impossible batch header, or damage (see ``Tail``).
             SegmentDeletedError: the segment was closed (deleted, or the log closed).
         """
+        self._touch()
         indexed_offset, position = self._offset_lookup(offset)
         indexed = self._indexed_position(tail)
         if starting_position < position < self.size:
@@ -461,6 +876,7 @@ class LogSegment:
 
         Cost: O(log n) to find the entry, one short read per entry tried.
         """
+        self._touch()
         index = self.offset_index
         try:
             first = index.first_entry_after(position)
@@ -503,6 +919,7 @@ class LogSegment:
         self, start_position: int = 0, *, tail: Tail = Tail.UNCHECKED
     ) -> Iterator[RecordBatch]:
         """The batches from file position ``start_position`` on (``tail``: see ``Tail``)."""
+        self._touch()
         return self.log.batches(
             start_position, tail=tail, indexed_position=self._indexed_position(tail)
         )
@@ -512,6 +929,7 @@ class LogSegment:
 
         Cost: O(log n) for the last index entry, then a scan of the tail after it.
         """
+        self._touch()
         _last_offset, position = self._offset_lookup(2**63 - 1)
         if position >= self.size:
             # The entry names a batch past the valid data (a reader's view of a crashed
@@ -534,6 +952,7 @@ class LogSegment:
             CorruptRecordError: a batch scanned fails its CRC, or damage (``Tail``).
             SegmentDeletedError: the segment was closed (deleted, or the log closed).
         """
+        self._touch()
         try:
             indexed_timestamp, offset = self.time_index.lookup(timestamp)
         except ValueError:
@@ -567,6 +986,7 @@ class LogSegment:
 
     def sanity_check(self) -> None:
         """Raise ``CorruptIndexError`` when an index fails Kafka's sanity check."""
+        self._touch()
         self.offset_index.sanity_check()
         self.time_index.sanity_check()
 
@@ -584,6 +1004,7 @@ class LogSegment:
         index = self.offset_index
         if index.entries == 0:
             return True
+        self._touch()
         offset, position = index.entry(index.entries - 1)
         if not 0 <= position < self.size:
             return False
@@ -599,6 +1020,7 @@ class LogSegment:
             return False
         return True
 
+    @_pinning
     def recover(self, *, rebuild_indexes: bool = True, extension_start: int | None = None) -> int:
         """Re-validate every batch and cut the log after the last valid one.
 
@@ -677,6 +1099,7 @@ class LogSegment:
         if max_ts.timestamp >= 0:
             self.time_index.maybe_append(max_ts.timestamp, max_ts.offset, skip_full_check=True)
 
+    @_pinning
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose offsets reach ``offset`` or beyond; return bytes removed.
 
@@ -741,12 +1164,37 @@ class LogSegment:
             return message_timestamp - first
         return now_ms - self.created_ms
 
+    @_pinning
     def on_becoming_inactive(self) -> None:
-        """Seal the segment on roll: final time-index entry, indexes trimmed to size."""
-        self._append_final_time_entry()
-        for index in self.indexes():
-            index.trim_to_valid_size()
+        """Seal the segment on roll: final time-index entry, indexes trimmed to size.
 
+        Neither step opens a descriptor (the entry goes into the mapping, the trim is
+        ``resize``'s). Each is tried even when another fails; an index that could not
+        get its entry or be trimmed is still whole (a hint, as Kafka's ``close`` treats
+        it).
+
+        Raises:
+            StorageError, OSError: the first step that failed.
+        """
+        failures: list[StorageError | OSError] = []
+        try:
+            self._append_final_time_entry()
+        except (StorageError, OSError) as exc:
+            failures.append(exc)
+        for index in self.indexes():
+            try:
+                index.trim_to_valid_size()
+            except OSError as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
+    @_pinning
+    def flush_log(self) -> None:
+        """fsync the ``.log`` alone (a roll's, before it seals the segment)."""
+        self.log.flush()
+
+    @_pinning
     def flush(self) -> None:
         """fsync the log, then the indexes (log first: indexes are rebuildable)."""
         self.log.flush()
@@ -765,12 +1213,21 @@ class LogSegment:
                 part.rename_to(renamed)
 
     def close(self) -> None:
-        """Close files. A writable segment first gets Kafka's final time-index entry
-        (its max timestamp) and its indexes are trimmed, so closed files equal Kafka's."""
+        """Close files for good. A writable segment first gets Kafka's final time-index
+        entry (its max timestamp) and its indexes are trimmed, so closed files equal
+        Kafka's. As Kafka's ``LogSegment.close``, the entry is appended only when the
+        max timestamp is known (the segment was appended to, recovered or read since it
+        was opened; otherwise the files already hold it): closing a log of many
+        segments opens none of the released ones again (their indexes are trimmed)."""
         try:
             # Only the owner seals its segment; a reader's writable indexes are scratch
             # copies (deleted with the log), maybe trimmed to their entries already.
-            if self.log.writable and self.time_index.writable and not self.time_index.closed:
+            if (
+                self.log.writable
+                and self.time_index.writable
+                and not self.time_index.closed
+                and self._max_timestamp_and_offset is not None
+            ):
                 try:
                     self._append_final_time_entry()
                 except (StorageError, OSError) as exc:
@@ -783,10 +1240,14 @@ class LogSegment:
             self.close_handlers()
 
     def close_handlers(self) -> None:
-        """Release file handles without touching the files (after rename to .deleted)."""
-        for index in self.indexes():
-            index.close_handler()
-        self.log.close()
+        """Release file handles without touching the files (after rename to .deleted),
+        for good: the segment never opens its files again."""
+        try:
+            for index in self.indexes():
+                index.close_handler()
+            self.log.close()
+        finally:
+            self.open_segments.discard(self)
 
     def delete_if_exists(self) -> None:
         self.close_handlers()

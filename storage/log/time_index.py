@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import mmap
 import struct
 from typing import ClassVar
 
@@ -52,10 +53,10 @@ class TimeIndex(AbstractIndex):
 
     _last_entry: tuple[int, int]
 
-    def _entries_changed(self) -> None:
+    def _entries_changed(self, buf: mmap.mmap | bytes) -> None:
         n = self._entries
         if n:
-            timestamp, relative = _ENTRY.unpack_from(self._buf, (n - 1) * 12)
+            timestamp, relative = _ENTRY.unpack_from(buf, (n - 1) * 12)
             self._last_entry = (timestamp, self._base_offset + relative)
         else:
             self._last_entry = (NO_TIMESTAMP, self._base_offset)
@@ -100,7 +101,7 @@ class TimeIndex(AbstractIndex):
         self._require_open()
         if not 0 <= n < self._entries:
             raise IndexError(f"entry {n} requested from {self._path} of {self._entries} entries")
-        timestamp, relative = _ENTRY.unpack_from(self._buf, n * 12)
+        timestamp, relative = _ENTRY.unpack_from(self._mapped(), n * 12)
         return timestamp, self._base_offset + relative
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
@@ -123,6 +124,7 @@ class TimeIndex(AbstractIndex):
                 does not fit an int32 relative offset.
             ReadOnlyLogError: the index is read-only.
             ValueError: the index is closed.
+            OSError: ``ENOSPC``: no block for a new page of the file (nothing written).
 
         Runtime complexity: O(1).
         """
@@ -150,6 +152,7 @@ class TimeIndex(AbstractIndex):
         if n >= self._max_entries:
             raise IndexFullError(self._path, n)
         buf = self._writable_map()
+        self._ensure_allocated(buf, n * 12 + 12)
         # Timestamp first, relative offset last: see the class doc.
         _INT64.pack_into(buf, n * 12, timestamp)
         _INT32.pack_into(buf, n * 12 + 8, relative)
@@ -169,7 +172,7 @@ class TimeIndex(AbstractIndex):
         last_timestamp, last_offset = self._last_entry
         self._check_sanity(last_offset)
         if self._entries:
-            first_timestamp = _INT64.unpack_from(self._buf, 0)[0]
+            first_timestamp = _INT64.unpack_from(self._mapped(), 0)[0]
             if last_timestamp < first_timestamp:
                 raise CorruptIndexError(
                     self._path,
@@ -179,9 +182,10 @@ class TimeIndex(AbstractIndex):
 
     def _check(self) -> None:
         self._check_common()
-        if self._closed:
+        buf = self._buf
+        if self._closed or buf is None:
             return
-        entries = [_ENTRY.unpack_from(self._buf, slot * 12) for slot in range(self._entries)]
+        entries = [_ENTRY.unpack_from(buf, slot * 12) for slot in range(self._entries)]
         timestamps = [ts for ts, _ in entries]
         relatives = [rel for _, rel in entries]
         assert all(ts >= 0 for ts in timestamps), timestamps

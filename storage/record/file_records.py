@@ -10,27 +10,43 @@ A batch that runs past the bytes a scan may read is the unflushed tail or damage
 scan's ``tail`` (``Tail``) says which it can be, and a read never passes over damage in
 silence: it raises ``CorruptRecordError`` there.
 
+Descriptors: the file is opened when the object is made and may then be *released*
+(``release``: its descriptor closed, as a segment the process has not used lately is,
+see ``segment.OpenSegments``) and opened again by name on the next use, never created
+again (a file deleted meanwhile stays deleted) and only if it is still the same file
+(device and inode): otherwise the read raises ``SegmentDeletedError``. (A file
+deleted and then made again may get the freed inode number back; a reader process
+could then take it for the one it knew: a writer only does that in the recovery of a
+crashed log, and the offsets and CRCs of what such a reader reads still hold.) ``close``
+is final. A ``HandleOwner`` is told of each reopening, and asked to release other files
+when the process is out of descriptors (``EMFILE``), after which the open is tried once
+more.
+
 Thread-safety: one appending thread; any number of threads may read concurrently with
 it (each read is a ``pread`` of bytes below a ``size`` that only grows on append).
-``close`` may run while readers are mid-scan (retention deleting the segment): each
-scan reads through its own duplicate of the descriptor, taken under a lock, so a
-close never pulls a descriptor from under a reader, and a descriptor number reused by
-another file after the close is never read by mistake. A read that starts after the
-close raises ``SegmentDeletedError``.
+``close`` and ``release`` may run while readers are mid-scan (retention deleting the
+segment, the process closing a segment it has not used lately): each scan reads
+through its own duplicate of the descriptor, taken under a lock, so neither pulls a
+descriptor from under a reader, and a descriptor number reused by another file after
+them is never read by mistake. A read that starts after ``close`` raises
+``SegmentDeletedError``; one that starts after ``release`` opens the file again.
+Writing (``append``, ``truncate_to``, ``flush``) uses the descriptor itself: the owner
+must not ``release`` the file meanwhile (``LogSegment`` pins a segment it changes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import Enum
 from itertools import chain
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, TypeVar
 
 from ..errors import CorruptRecordError, SegmentDeletedError
 from .record_batch import (
@@ -52,6 +68,40 @@ _V2_LAST_OFFSET_HEADER = struct.Struct(">qiibIhi")
 """A v2 header up to lastOffsetDelta: base offset, length, epoch, magic, CRC, attributes."""
 READ_CHUNK_BYTES = 1 << 20
 """The largest ``pread`` of a scan: sequential reads double up to it to amortise calls."""
+
+
+_T = TypeVar("_T")
+
+OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
+"""The errors of an ``open``, ``dup`` or ``mmap`` that found no descriptor free: this
+process's (``RLIMIT_NOFILE``) or the system's."""
+
+
+def retry_out_of_descriptors(action: Callable[[], _T], shed: Callable[[], bool] | None) -> _T:
+    """``action()``; when it finds no descriptor free (``OUT_OF_DESCRIPTORS``),
+    ``shed()`` (release other files; False when there was none) and ``action()`` once
+    more. ``action`` must leave nothing half done when it raises.
+
+    Raises:
+        OSError: as ``action``.
+    """
+    try:
+        return action()
+    except OSError as exc:
+        if exc.errno not in OUT_OF_DESCRIPTORS or shed is None or not shed():
+            raise
+    return action()
+
+
+class HandleOwner(Protocol):
+    """What owns a file whose descriptor (or mapping) comes and goes: a ``LogSegment``."""
+
+    def handles_opened(self) -> None:
+        """A file of the owner was opened again after a ``release``."""
+
+    def shed_handles(self) -> bool:
+        """Release other files, the process being out of descriptors; return whether
+        any was released (then the open is tried once more)."""
 
 
 class Tail(Enum):
@@ -98,25 +148,101 @@ class FileRecords:
         writable: open for append (creating the file if missing).
     """
 
-    def __init__(self, path: Path, *, writable: bool) -> None:
+    def __init__(self, path: Path, *, writable: bool, owner: HandleOwner | None = None) -> None:
         self.path = path
         self.writable = writable
+        self.owner = owner
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT if writable else os.O_RDONLY
         self._fd: int = os.open(path, flags | os.O_CLOEXEC, 0o644)
-        self.size = os.fstat(self._fd).st_size
-        # Guards the descriptor's number between "still open?" and its duplication.
+        try:
+            stat = os.fstat(self._fd)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self.size = stat.st_size
+        self._identity = (stat.st_dev, stat.st_ino)
+        self._closed = False
+        # Guards the descriptor: its number between "still open?" and its duplication,
+        # its release and its reopening.
         self._fd_lock = threading.Lock()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the descriptor is open now (not released, not closed)."""
+        return self._fd >= 0
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called: the file is never opened again."""
+        return self._closed
+
+    def _with_fd(self, use: Callable[[int], _T]) -> _T:
+        """``use(descriptor)`` under the lock, the file opened again first if released.
+
+        Out of descriptors, the owner is asked to shed others and the call is tried once
+        more. Keep ``use`` short: readers wait for the lock to duplicate the descriptor.
+
+        Raises:
+            SegmentDeletedError: the file was closed, or is gone or replaced since.
+            OSError: as ``use``, or the file cannot be opened again (``EMFILE``).
+        """
+        reopened = False
+
+        def locked() -> _T:
+            nonlocal reopened
+            with self._fd_lock:
+                fd = self._fd
+                if fd < 0:
+                    fd = self._reopen()
+                    reopened = True
+                return use(fd)
+
+        owner = self.owner
+        result = retry_out_of_descriptors(locked, None if owner is None else owner.shed_handles)
+        if reopened and owner is not None:
+            # Outside the lock: the owner may release other files (lock order: the
+            # owner's lock, then a file's).
+            owner.handles_opened()
+        return result
+
+    def _reopen(self) -> int:
+        """Open the released file again (the caller holds the lock); return the descriptor.
+
+        Never with ``O_CREAT``: a segment deleted while released is not made again.
+        """
+        if self._closed:
+            raise SegmentDeletedError(self.path)
+        flags = os.O_RDWR | os.O_APPEND if self.writable else os.O_RDONLY
+        try:
+            fd = os.open(self.path, flags | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise SegmentDeletedError(self.path) from None
+        try:
+            stat = os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if (stat.st_dev, stat.st_ino) != self._identity:
+            # Another file took the name (a writer's recovery made the segment anew):
+            # its bytes are not the ones this object's size and indexes describe.
+            os.close(fd)
+            raise SegmentDeletedError(self.path)
+        self._fd = fd
+        return fd
 
     def _reader_fd(self) -> int:
         """A duplicate of the descriptor for one read; the caller closes it.
 
         Raises:
-            SegmentDeletedError: the file was closed (deleted by retention).
+            SegmentDeletedError: the file was closed (deleted by retention), or is gone.
+            OSError: out of descriptors (``EMFILE``), even after the owner shed some.
         """
-        with self._fd_lock:
-            if self._fd < 0:
-                raise SegmentDeletedError(self.path)
-            return os.dup(self._fd)
+        return self._with_fd(os.dup)
+
+    def _writer_fd(self) -> int:
+        """The descriptor itself, for the writer (which keeps it from being released)."""
+        fd = self._fd
+        return fd if fd >= 0 else self._with_fd(int)
 
     # -- writing ---------------------------------------------------------------------
 
@@ -130,22 +256,23 @@ class FileRecords:
             OSError: the write failed (e.g. ``ENOSPC``); the file is as before.
         """
         position = self.size
+        fd = self._writer_fd()
         try:
-            written = os.write(self._fd, data)
+            written = os.write(fd, data)
             while written < len(data):
-                written += os.write(self._fd, memoryview(data)[written:])
+                written += os.write(fd, memoryview(data)[written:])
         except BaseException:
             # Crash safety: without this, the bytes of a half-written batch would sit
             # past ``size``; recovery would cut them, but a live reader must not see them.
             with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, position)
+                os.ftruncate(fd, position)
             raise
         self.size = position + len(data)
         return position
 
     def flush(self) -> None:
         """Make appended bytes durable (``fdatasync``)."""
-        os.fdatasync(self._fd)
+        os.fdatasync(self._writer_fd())
 
     def truncate_to(self, size: int) -> int:
         """Cut the file to ``size`` bytes; return how many bytes were removed.
@@ -158,15 +285,19 @@ class FileRecords:
         removed = self.size - size
         if removed:
             if self.writable:
-                os.ftruncate(self._fd, size)
+                os.ftruncate(self._writer_fd(), size)
             self.size = size
         return removed
 
     # -- reading ---------------------------------------------------------------------
 
     def refresh_size(self) -> int:
-        """Re-read the file size (readers of a file another process appends to)."""
-        self.size = os.fstat(self._fd).st_size
+        """Re-read the file size (readers of a file another process appends to).
+
+        Raises:
+            SegmentDeletedError: the file was closed, or released and gone since.
+        """
+        self.size = self._with_fd(lambda fd: os.fstat(fd).st_size)
         return self.size
 
     def read(self, position: int, size: int) -> bytes:
@@ -477,14 +608,28 @@ class FileRecords:
     # -- file lifecycle --------------------------------------------------------------
 
     def rename_to(self, path: Path) -> None:
-        """Rename the file; the descriptor (and readers holding one) stay valid."""
-        os.rename(self.path, path)
-        self.path = path
+        """Rename the file; the descriptor (and readers holding one) stay valid, and a
+        released file is opened again under its new name."""
+        with self._fd_lock:
+            os.rename(self.path, path)
+            self.path = path
 
-    def close(self) -> None:
-        """Close the descriptor; scans already under way finish on their duplicates."""
+    def release(self) -> None:
+        """Close the descriptor until the next use opens the file again (by name).
+
+        Scans already under way finish on their duplicates. Idempotent.
+        """
         with self._fd_lock:
             fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Close the descriptor for good; scans already under way finish on their
+        duplicates, later reads raise ``SegmentDeletedError``."""
+        with self._fd_lock:
+            fd, self._fd = self._fd, -1
+            self._closed = True
         if fd >= 0:
             os.close(fd)
 

@@ -177,11 +177,18 @@ def test_reopen_after_close_is_full_until_resized(index_path: Path) -> None:
     assert index_path.stat().st_size == 24
 
 
-def test_reopen_of_empty_file_preallocates(index_path: Path) -> None:
+def test_reopen_of_empty_file_is_full_until_resized(index_path: Path) -> None:
+    # As Kafka (only a file it creates is preallocated): the empty index of a sealed
+    # segment is not grown to 10 MiB and mapped at every open of the log.
     index_path.touch()
     with OffsetIndex(index_path, BASE, max_index_size=80) as idx:
-        assert index_path.stat().st_size == 80
-        assert idx.entries == 0
+        assert index_path.stat().st_size == 0
+        assert (idx.entries, idx.is_full, idx.lookup(105)) == (0, True, (BASE, 0))
+        idx._check()
+        assert idx.resize(80)
+        idx.append(101, 7)
+        idx._check()
+    assert index_path.stat().st_size == 8
 
 
 def test_crash_reopen_finds_exactly_the_entries(index_path: Path, tmp_path: Path) -> None:
