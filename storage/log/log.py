@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 
+from ..atomic_file import fsync_directory
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
     CorruptRecordError,
@@ -510,18 +511,25 @@ class Log:
             if active.base_offset == new_offset:
                 return active
             # The order is important below. Everything that can fail comes before any
-            # change to the active segment: (1) the new segment's files, indexes first
-            # and the .log last (a crash leaves orphan indexes that the loader removes;
-            # a failure deletes what was made); (2) the fsync of the active segment's
-            # .log, the only durability that matters (Kafka flushes the sealed segment
-            # asynchronously; doing it here, before the new segment is published, keeps
-            # the crash guarantee simple: only the active segment can lose unflushed
-            # data, so recovery always leaves a prefix of what was appended). Then (3)
-            # the active segment is sealed (final time-index entry, indexes trimmed),
-            # which needs no descriptor and only writes hints: a failure there is
-            # logged, not raised; (4) the recovery point moves and the new segment is
-            # published. Kafka seals first and then opens the new segment, and takes
-            # the log directory offline on any IOException in between.
+            # change to the active segment. (1) The fsync of the active segment's .log,
+            # the only durability that matters, before any file of the new segment
+            # exists: a power cut after the new, empty .log became durable but before
+            # the sealed tail did would leave a hole of offsets that recovery cannot
+            # see (it cuts a torn batch, not a missing one). Doing it here (Kafka
+            # flushes the sealed segment asynchronously) keeps the crash guarantee
+            # simple: only the active segment can lose unflushed data, so recovery
+            # always leaves a prefix of what was appended. (2) The new segment's files,
+            # indexes first and the .log last (a crash leaves orphan indexes that the
+            # loader removes; a failure deletes what was made), and an fsync of the
+            # partition directory, without which the new name may vanish in a power
+            # cut along with everything later flushed into it (POSIX makes a name
+            # durable only through its directory; ext4 happens to commit it with the
+            # file). Then (3) the active segment is sealed (final time-index entry,
+            # indexes trimmed), which needs no descriptor and only writes hints: a
+            # failure there is logged, not raised; (4) the recovery point moves and the
+            # new segment is published. Kafka seals first and then opens the new
+            # segment, and takes the log directory offline on any IOException between.
+            active.flush_log()
             segment = LogSegment.create(
                 self.dir,
                 new_offset,
@@ -532,7 +540,7 @@ class Log:
                 extension_start=active.extension_end,
             )
             try:
-                active.flush_log()
+                fsync_directory(self.dir)
             except BaseException:
                 segment.delete_if_exists()
                 raise
@@ -877,6 +885,10 @@ class Log:
         due = self.clock.milliseconds() + self.config.file_delete_delay_ms
         for segment in segments:
             segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            # Oldest first, each durable before the next: a power cut must never keep a
+            # later segment's rename and lose an earlier one's (the older segment would
+            # come back behind a hole of offsets).
+            fsync_directory(self.dir)
             self._pending_deletes.append((due, segment))
         logger.info(
             "%s: deleted %d segment(s); log start offset %d",
@@ -966,10 +978,18 @@ class Log:
                 return
             self._last_flush_ms = self.clock.milliseconds()
             end = self._next_offset
-            if end <= self.recovery_point:
+            start = self.recovery_point
+            if end <= start:
                 return
-            for segment in self.segments.values(self.recovery_point):
+            flushed = self.segments.values(start)
+            for segment in flushed:
                 segment.flush()
+            # A segment that begins at or after the old recovery point may have been
+            # created since the last flush (a new partition's first segment, one a
+            # truncation started): its name is durable only once the directory is
+            # (Kafka's LocalLog.flush does the same).
+            if any(segment.base_offset >= start for segment in flushed):
+                fsync_directory(self.dir)
             self.recovery_point = end
 
     def next_flush_due_ms(self) -> int | None:

@@ -6,9 +6,11 @@ read-only and writable (recovery), and checked against what the engine promised
 (``power_loss.checker``). Two persistence models (``power_loss.crash_states``):
 
 - ``ext4-ordered`` (ext4's default mode): no violation may be found;
-- ``posix`` (a name is durable only after an fsync of its directory): violations are
-  found on today's engine (defects D1, D2 and D3, ``power_loss.fixes``), so that test
-  is a strict xfail; with the proposed fixes applied it must find none.
+- ``posix`` (a name is durable only after an fsync of its directory): none either. It
+  found three defects, now fixed and kept as regressions in
+  ``test_power_loss_regressions.py``: a new segment's name never made durable (D1),
+  retention's renames reaching the disk out of order (D2), a roll creating the new
+  segment before the sealed one was durable (D3).
 
 Runs from a crash state (recovery, then more appends, a power cut during either)
 are explored too. The CI budget is ``explore.CI``; ``pytest -m long`` runs ``LONG``
@@ -19,7 +21,6 @@ on workloads twice the size. ``pytest -s`` prints the figures;
 
 from __future__ import annotations
 
-import contextlib
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,16 +29,9 @@ import pytest
 
 from .power_loss.crash_states import Analysis, Model
 from .power_loss.explore import CI, LONG, SEED, Budget, Exploration, explore, scratch
-from .power_loss.fixes import proposed_fixes
 from .power_loss.workloads import WORKLOADS, Recording, record_recovery, record_workload
 
 NAMES = sorted(WORKLOADS)
-DEFECTS = (
-    "D1: no fsync of the partition directory makes a new segment's name durable "
-    "(storage/log/log.py Log.flush, Log.roll); D2: retention's .deleted renames reach "
-    "the disk in any order (Log._delete_segments); D3: Log.roll creates the new segment "
-    "before the sealed one's fsync: see power_loss/fixes.py"
-)
 
 
 @pytest.fixture
@@ -48,9 +42,8 @@ def scratch_path() -> Iterator[Path]:
         yield path
 
 
-def _record(scratch_path: Path, name: str, *, fixed: bool, scale: int) -> Recording:
-    with proposed_fixes() if fixed else contextlib.nullcontext():
-        return record_workload(name, scratch_path / "logs", scale=scale, seed=SEED)
+def _record(scratch_path: Path, name: str, *, scale: int) -> Recording:
+    return record_workload(name, scratch_path / "logs", scale=scale, seed=SEED)
 
 
 def _report(result: Exploration) -> None:
@@ -66,27 +59,26 @@ def _assert_clean(result: Exploration) -> None:
 
 
 def _after_recovery(
-    scratch_path: Path, model: Model, *, fixed: bool, budget: Budget, runs: int, scale: int
+    scratch_path: Path, model: Model, *, budget: Budget, runs: int, scale: int
 ) -> list[Exploration]:
     """Explore runs that start from crash states of the workloads (drawn, seeded)."""
     rng = random.Random(f"after-recovery/{model.value}/{SEED}")
     results = []
     for name in ("appends_and_flushes", "retention", "reopen", "topics"):
-        first = _record(scratch_path / name, name, fixed=fixed, scale=scale)
+        first = _record(scratch_path / name, name, scale=scale)
         analysis = Analysis(first.recorder.initial, first.ops)
         for run in range(runs):
             cut = rng.randrange(len(first.ops) // 3, len(first.ops) + 1)
             state = rng.choice(analysis.states(cut, model, 3, rng))
             label = f"{name} cut {cut} ({state.how}), then recovery"
-            with proposed_fixes() if fixed else contextlib.nullcontext():
-                second = record_recovery(
-                    state,
-                    first.oracle.at(cut),
-                    scratch_path / name / f"run{run}",
-                    now_ms=first.now_ms,
-                    name=label,
-                    seed=run,
-                )
+            second = record_recovery(
+                state,
+                first.oracle.at(cut),
+                scratch_path / name / f"run{run}",
+                now_ms=first.now_ms,
+                name=label,
+                seed=run,
+            )
             results.append(explore(second, model, budget))
     return results
 
@@ -94,28 +86,16 @@ def _after_recovery(
 # -- the CI run ----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("model", list(Model))
 @pytest.mark.parametrize("name", NAMES)
-def test_power_loss_ext4_ordered(scratch_path: Path, name: str) -> None:
-    recording = _record(scratch_path, name, fixed=False, scale=1)
-    _assert_clean(explore(recording, Model.EXT4_ORDERED, CI))
+def test_power_loss(scratch_path: Path, name: str, model: Model) -> None:
+    _assert_clean(explore(_record(scratch_path, name, scale=1), model, CI))
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_power_loss_posix_with_proposed_fixes(scratch_path: Path, name: str) -> None:
-    _assert_clean(explore(_record(scratch_path, name, fixed=True, scale=1), Model.POSIX, CI))
-
-
-@pytest.mark.xfail(strict=True, reason=DEFECTS)
-@pytest.mark.parametrize("name", NAMES)
-def test_power_loss_posix(scratch_path: Path, name: str) -> None:
-    recording = _record(scratch_path, name, fixed=False, scale=1)
-    _assert_clean(explore(recording, Model.POSIX, CI, stop_after=1))
-
-
-@pytest.mark.parametrize(("model", "fixed"), [(Model.EXT4_ORDERED, False), (Model.POSIX, True)])
-def test_power_loss_after_recovery(scratch_path: Path, model: Model, fixed: bool) -> None:
+@pytest.mark.parametrize("model", list(Model))
+def test_power_loss_after_recovery(scratch_path: Path, model: Model) -> None:
     budget = Budget(cuts=12, states_per_cut=2)
-    for result in _after_recovery(scratch_path, model, fixed=fixed, budget=budget, runs=1, scale=1):
+    for result in _after_recovery(scratch_path, model, budget=budget, runs=1, scale=1):
         _assert_clean(result)
 
 
@@ -123,21 +103,15 @@ def test_power_loss_after_recovery(scratch_path: Path, model: Model, fixed: bool
 
 
 @pytest.mark.long
+@pytest.mark.parametrize("model", list(Model))
 @pytest.mark.parametrize("name", NAMES)
-def test_power_loss_ext4_ordered_long(scratch_path: Path, name: str) -> None:
-    recording = _record(scratch_path, name, fixed=False, scale=2)
-    _assert_clean(explore(recording, Model.EXT4_ORDERED, LONG))
+def test_power_loss_long(scratch_path: Path, name: str, model: Model) -> None:
+    _assert_clean(explore(_record(scratch_path, name, scale=2), model, LONG))
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("name", NAMES)
-def test_power_loss_posix_with_proposed_fixes_long(scratch_path: Path, name: str) -> None:
-    _assert_clean(explore(_record(scratch_path, name, fixed=True, scale=2), Model.POSIX, LONG))
-
-
-@pytest.mark.long
-@pytest.mark.parametrize(("model", "fixed"), [(Model.EXT4_ORDERED, False), (Model.POSIX, True)])
-def test_power_loss_after_recovery_long(scratch_path: Path, model: Model, fixed: bool) -> None:
+@pytest.mark.parametrize("model", list(Model))
+def test_power_loss_after_recovery_long(scratch_path: Path, model: Model) -> None:
     budget = Budget(cuts=100, states_per_cut=5)
-    for result in _after_recovery(scratch_path, model, fixed=fixed, budget=budget, runs=3, scale=2):
+    for result in _after_recovery(scratch_path, model, budget=budget, runs=3, scale=2):
         _assert_clean(result)

@@ -29,7 +29,6 @@ from storage.record.file_records import FileRecords
 
 from .power_loss.crash_states import Analysis, Model, choose_cuts
 from .power_loss.explore import Budget, Exploration, explore, scratch
-from .power_loss.fixes import proposed_fixes
 from .power_loss.recorder import Kind, Op, Recorder, RecorderError, Tree
 from .power_loss.workloads import record_workload
 
@@ -276,8 +275,8 @@ def test_tree_skips_operations_whose_names_are_missing() -> None:
 def _explore_bad(
     scratch_path: Path, name: str, model: Model, bad: contextlib.AbstractContextManager[Any]
 ) -> Exploration:
-    """Record under ``bad`` (and the proposed fixes, so that only ``bad`` can fail)."""
-    with bad, proposed_fixes():
+    """Record under ``bad``."""
+    with bad:
         recording = record_workload(name, scratch_path / "logs")
     return explore(recording, model, Budget(cuts=60, states_per_cut=3), stop_after=1)
 
@@ -318,8 +317,7 @@ def test_harness_detects_a_checkpoint_renamed_before_its_bytes_are_synced(
 def test_harness_detects_a_recovery_that_keeps_a_torn_tail(scratch_path: Path) -> None:
     # Recovery that validates nothing: a torn last batch stays, and reading or
     # appending after it fails. (Byte-level tears are the POSIX model's.)
-    with proposed_fixes():
-        recording = record_workload("appends_and_flushes", scratch_path / "logs")
+    recording = record_workload("appends_and_flushes", scratch_path / "logs")
     with mock.patch.object(log_loader, "_recover_from", return_value=None):
         result = explore(recording, Model.POSIX, Budget(cuts=60, states_per_cut=4), stop_after=1)
     assert result.violations, result.summary()

@@ -1,14 +1,15 @@
 """Minimal, deterministic power-loss regressions for what the harness found.
 
 Each test records a short workload, builds one chosen crash state under the strict
-(POSIX) model and checks it. D1, D2 and D3 are defects in a file other engineers are
-editing (``storage/log/log.py``): their tests are strict xfails on today's engine,
-and each has a twin that applies the proposed fix (``power_loss.fixes``) and passes.
+(POSIX) model and checks it. Each failed on the engine before its fix (in
+``storage/log/log.py``): D1, a segment's name made durable by no directory fsync
+(``Log.flush``, ``Log.roll``); D2, retention's ``.deleted`` renames reaching the disk
+in any order (``Log._delete_segments``); D3, a roll creating the new segment before
+the sealed one's ``.log`` was durable (``Log.roll``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,20 +19,8 @@ import pytest
 from .power_loss.checker import Violation, check_state
 from .power_loss.crash_states import Analysis, Model
 from .power_loss.explore import scratch
-from .power_loss.fixes import proposed_fixes
 from .power_loss.recorder import Kind, Op
 from .power_loss.workloads import SMALL, Driver, Recording, record_workload
-
-D1 = (
-    "D1: Log.flush and Log.roll (storage/log/log.py) never fsync the partition directory, "
-    "so the name of a segment created by a roll or for a new partition is not durable "
-    "under POSIX and the records they made durable vanish with it"
-)
-D2 = (
-    "D2: Log._delete_segments (storage/log/log.py) renames several segments to .deleted "
-    "without a directory fsync between them: a power cut may keep a later rename and "
-    "lose an earlier one, and the older segment comes back after a hole"
-)
 
 
 @pytest.fixture
@@ -42,9 +31,8 @@ def scratch_path() -> Iterator[Path]:
         yield path
 
 
-def _record(scratch_path: Path, workload: Callable[[Driver, int], None], fixed: bool) -> Recording:
-    with proposed_fixes() if fixed else contextlib.nullcontext():
-        return record_workload("regression", scratch_path / "logs", workload=workload)
+def _record(scratch_path: Path, workload: Callable[[Driver, int], None]) -> Recording:
+    return record_workload("regression", scratch_path / "logs", workload=workload)
 
 
 def _durable_only(recording: Recording, scratch_path: Path) -> list[Violation]:
@@ -89,16 +77,10 @@ SCENARIOS = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason=D1)
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_durable_records_survive_power_loss(scratch_path: Path, scenario: str) -> None:
-    recording = _record(scratch_path, SCENARIOS[scenario], fixed=False)
-    assert _durable_only(recording, scratch_path) == []
-
-
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_durable_records_survive_power_loss_with_the_fix(scratch_path: Path, scenario: str) -> None:
-    recording = _record(scratch_path, SCENARIOS[scenario], fixed=True)
+    # D1.
+    recording = _record(scratch_path, SCENARIOS[scenario])
     assert _durable_only(recording, scratch_path) == []
 
 
@@ -135,25 +117,12 @@ def _hole_state(recording: Recording, scratch_path: Path) -> list[Violation]:
     return check_state(state, expect, scratch_path / "check", now_ms=recording.now_ms)
 
 
-@pytest.mark.xfail(strict=True, reason=D2)
 def test_retention_leaves_no_hole_after_power_loss(scratch_path: Path) -> None:
-    recording = _record(scratch_path, _retention_of_two_segments, fixed=False)
+    # D2. With a directory fsync after each segment's renames, the first rename is
+    # durable before the second is issued: the state built here (the first rename lost,
+    # the second kept) cannot happen (``keep`` is not asked about a durable rename).
+    recording = _record(scratch_path, _retention_of_two_segments)
     assert _hole_state(recording, scratch_path) == []
-
-
-def test_retention_leaves_no_hole_after_power_loss_with_the_fix(scratch_path: Path) -> None:
-    # With a directory fsync after each segment's renames, the first rename is durable
-    # before the second is issued: the state the test above builds cannot happen
-    # (``keep`` is not asked about a durable rename).
-    recording = _record(scratch_path, _retention_of_two_segments, fixed=True)
-    assert _hole_state(recording, scratch_path) == []
-
-
-D3 = (
-    "D3: Log.roll (storage/log/log.py, the rework in the working tree) creates the new "
-    "segment's files before it fsyncs the sealed segment's .log: a power cut in between "
-    "keeps the new empty segment and loses the unflushed tail, and the log ends past a hole"
-)
 
 
 def _one_roll(d: Driver, scale: int) -> None:
@@ -186,15 +155,9 @@ def _roll_creates_before_it_syncs(recording: Recording) -> bool:
     return new_log.seq < sync.seq
 
 
-@pytest.mark.xfail(strict=True, reason=D3)
 def test_roll_leaves_no_hole_after_power_loss(scratch_path: Path) -> None:
-    recording = _record(scratch_path, _one_roll, fixed=False)
-    assert _roll_window_state(recording, scratch_path) == []
-
-
-def test_roll_leaves_no_hole_after_power_loss_with_the_fix(scratch_path: Path) -> None:
-    with proposed_fixes(d1=False, d2=False):
-        recording = record_workload("regression", scratch_path / "logs", workload=_one_roll)
+    # D3.
+    recording = _record(scratch_path, _one_roll)
     assert not _roll_creates_before_it_syncs(recording)
     assert _roll_window_state(recording, scratch_path) == []
 
@@ -218,7 +181,7 @@ def test_recreated_topic_keeps_its_durable_records(scratch_path: Path, model: Mo
     # same name loaded them: its durable records 0-2 were below "its" log start, and
     # the log restarted at 6. The delete_topic rework in progress rewrites the
     # checkpoints before the name is released; this guards it.
-    recording = _record(scratch_path, _recreated_topic, fixed=model is Model.POSIX)
+    recording = _record(scratch_path, _recreated_topic)
     cut = len(recording.ops)
     analysis = Analysis(recording.recorder.initial, recording.ops)
     for n, state in enumerate(analysis.states(cut, model, 4, random.Random(1))):

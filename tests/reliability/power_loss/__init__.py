@@ -7,5 +7,4 @@
 - ``workloads``: what the engine is made to do, and the oracle of what it promised.
 - ``checker``: opens each state with ``LogManager.open`` and checks the promises.
 - ``explore``: cut points, states per cut and the CI and long budgets.
-- ``fixes``: the proposed fixes of the defects found, applied by monkeypatching.
 """
