@@ -8,7 +8,8 @@
 - ``seglogfs.spark``: the ``seglog`` PySpark data source and sink.
 
 Shared by the faces: ``positions`` (the position index every writer keeps),
-``producer`` (the one produce path) and ``open_files_limit``. The layers are enforced
+``producer`` (the one produce path), ``setup_check`` (a set-up mistake named in one
+line) and ``open_files_limit``. The layers are enforced
 by ``tests/test_layering.py``: the command line imports nothing of the daemon but its
 entry point, Spark neither the daemon nor the command line, and ``storage`` nothing of
 ``seglogfs``.

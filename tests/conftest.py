@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,14 @@ def log_dir(tmp_path: Path) -> Path:
     path = tmp_path / "logs"
     path.mkdir()
     return path
+
+
+@pytest.fixture(autouse=True)
+def _open_segments_bound() -> Iterator[None]:
+    """``log.segment.open.max`` is process-wide (``LogManager.open`` sets it): a test
+    that lowers it must not slow the ones after it."""
+    from storage.log.segment import OPEN_SEGMENTS
+
+    before = OPEN_SEGMENTS.max_open
+    yield
+    OPEN_SEGMENTS.max_open = before

@@ -9,7 +9,8 @@ catches what the imported modules pull in transitively.
 The rules (``seglogfs/__init__.py`` states them for readers):
 
 - ``storage`` imports nothing of ``seglogfs``, trio, pyfuse3 or pyspark;
-- the shared modules (``seglogfs.positions``, ``producer``, ``open_files_limit``) import
+- the shared modules (``seglogfs.positions``, ``producer``, ``open_files_limit``,
+  ``setup_check``) import
   no face;
 - the command line imports nothing of the daemon but its entry point
   (``seglogfs.daemon.mount``, loaded only by the ``mount`` command) and nothing of the
@@ -53,7 +54,12 @@ RULES = (
         "shared",
         "seglogfs",
         (*FACES, "trio", "pyfuse3", "pyspark"),
-        modules=("seglogfs.positions", "seglogfs.producer", "seglogfs.open_files_limit"),
+        modules=(
+            "seglogfs.positions",
+            "seglogfs.producer",
+            "seglogfs.open_files_limit",
+            "seglogfs.setup_check",
+        ),
     ),
     Rule(
         "cli",

@@ -14,9 +14,10 @@ import os
 from pathlib import Path
 from typing import NoReturn
 
-from storage import BrokerConfig, LogManager, load_properties
+from storage import BrokerConfig, ConfigError, LogManager
 
 from ..positions import position_index_spec
+from ..setup_check import check_log_dir, config_file_error, log_dir_error, read_config_file
 
 __all__ = [
     "EXIT_ERROR",
@@ -89,23 +90,47 @@ def parents() -> Parents:
 
 
 def log_dir_of(args: argparse.Namespace) -> Path:
+    """The log directory the command was given (it may not exist yet).
+
+    Raises:
+        UsageError: none was given.
+        SetupError: it cannot be a log directory (a file, a seglogfs mount).
+    """
+    path = _given_log_dir(args)
+    check_log_dir(path, must_exist=False)
+    return path
+
+
+def existing_log_dir(args: argparse.Namespace) -> Path:
+    """The log directory the command was given, which must exist.
+
+    Raises:
+        UsageError: none was given.
+        SetupError: it does not exist or cannot be a log directory.
+    """
+    path = _given_log_dir(args)
+    check_log_dir(path, must_exist=True)
+    return path
+
+
+def _given_log_dir(args: argparse.Namespace) -> Path:
     value = getattr(args, "log_dir", None) or os.environ.get(LOG_DIR_ENV)
     if not value:
         raise UsageError(f"no log directory: pass -d/--log-dir or set {LOG_DIR_ENV}")
     return Path(value)
 
 
-def existing_log_dir(args: argparse.Namespace) -> Path:
-    path = log_dir_of(args)
-    if not path.is_dir():
-        raise CommandError(f"log directory {path} does not exist")
-    return path
-
-
 def open_read_only(log_dir: Path) -> LogManager:
-    if not log_dir.is_dir():
-        raise CommandError(f"log directory {log_dir} does not exist")
-    return LogManager.open(log_dir, read_only=True)
+    """Open ``log_dir`` read-only (no lock, no file changed).
+
+    Raises:
+        SetupError: it does not exist, cannot be a log directory, or cannot be read.
+    """
+    check_log_dir(log_dir, must_exist=True)
+    try:
+        return LogManager.open(log_dir, read_only=True)
+    except OSError as exc:
+        raise log_dir_error(log_dir, exc, writing=False) from None
 
 
 def broker_config_of(log_dir: Path, args: argparse.Namespace) -> BrokerConfig:
@@ -113,12 +138,15 @@ def broker_config_of(log_dir: Path, args: argparse.Namespace) -> BrokerConfig:
     Kafka's defaults, for ``log_dir``.
 
     Raises:
-        ConfigError: the broker config file has a bad value.
-        OSError: the broker config file cannot be read.
+        SetupError: the broker config file cannot be read or has a bad key or value.
     """
     if args.broker_config is None:
         return BrokerConfig(log_dirs=(str(log_dir),))
-    return BrokerConfig.from_properties(load_properties(args.broker_config))
+    properties = read_config_file(args.broker_config, "--broker-config")
+    try:
+        return BrokerConfig.from_properties(properties)
+    except ConfigError as exc:
+        raise config_file_error(args.broker_config, "--broker-config", exc) from None
 
 
 def open_writable(
@@ -130,9 +158,18 @@ def open_writable(
 
     Raises:
         LogDirLockedError: another process writes the directory.
-        ConfigError: the broker config file has a bad value.
-        OSError: the broker config file cannot be read.
+        SetupError: the broker config file cannot be read or has a bad value; the
+            log directory cannot be created or written (permissions, a read-only
+            file system).
     """
     if broker is None:
         broker = broker_config_of(log_dir, args)
-    return LogManager.open(log_dir, broker, extension=position_index_spec)
+    try:
+        return LogManager.open(log_dir, broker, extension=position_index_spec)
+    except OSError as exc:
+        raise log_dir_error(
+            log_dir,
+            exc,
+            writing=True,
+            read_only_hint=": the commands that read (consume, topics list|describe) work",
+        ) from None

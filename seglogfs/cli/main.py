@@ -29,6 +29,7 @@ from storage import ConfigError, InvalidTopicError, StorageError
 
 from .. import __version__, control
 from ..open_files_limit import raise_open_files_limit
+from ..setup_check import SetupError
 from . import consume, delete_records, dump, mount, produce, topics, verify
 from .common import EXIT_ERROR, EXIT_USAGE, PROG, CommandError, Parser, UsageError, parents
 from .produce import PartialProduceError
@@ -67,6 +68,8 @@ def _error_line(exc: BaseException) -> str:
 def _exit_code(exc: BaseException) -> int:
     if isinstance(exc, UsageError | InvalidTopicError | ConfigError):
         return EXIT_USAGE
+    if isinstance(exc, SetupError):
+        return EXIT_USAGE if exc.usage else EXIT_ERROR
     if isinstance(exc, control.ControlError) and exc.kind in _USAGE_ERROR_KINDS:
         return EXIT_USAGE
     return EXIT_ERROR
@@ -97,7 +100,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"({exc.written} record(s) were appended before the error)\n"
         )
         return _exit_code(cause)
-    except (UsageError, CommandError, StorageError, control.ControlError, OSError) as exc:
+    except (
+        UsageError,
+        CommandError,
+        SetupError,
+        StorageError,
+        control.ControlError,
+        OSError,
+    ) as exc:
         sys.stderr.write(f"{prog}: error: {_error_line(exc)}\n")
         return _exit_code(exc)
     except KeyboardInterrupt:

@@ -48,6 +48,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from seglogfs.positions import position_index_spec
+from seglogfs.setup_check import check_log_dir, log_dir_error
 from storage import CorruptRecordError, RecordBatch, StorageError, TopicMetadata, iter_batches
 from storage.log.checkpoint import read_extension_start_checkpoint, read_offset_checkpoint
 from storage.log.file_names import (
@@ -65,7 +66,6 @@ from .common import (
     EXIT_ERROR,
     EXIT_OK,
     LOG_DIR_ENV,
-    CommandError,
     Parents,
     Parser,
     UsageError,
@@ -526,9 +526,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if not value:
         raise UsageError(f"no log directory: give LOGDIR, -d/--log-dir or set {LOG_DIR_ENV}")
     log_dir = Path(value)
-    if not log_dir.is_dir():
-        raise CommandError(f"log directory {log_dir} does not exist")
-    problems = verify_log_dir(log_dir, progress=not args.quiet and sys.stderr.isatty())
+    check_log_dir(log_dir, must_exist=True)
+    try:
+        problems = verify_log_dir(log_dir, progress=not args.quiet and sys.stderr.isatty())
+    except PermissionError as exc:
+        raise log_dir_error(log_dir, exc, writing=False) from None
     for problem in problems:
         print(problem)
     if problems:

@@ -74,10 +74,15 @@ from .protocol import (
     socket_path,
 )
 
-__all__ = ["RELEASE_AFTER_BYTES", "REQUESTS_AT_ONCE", "serve"]
+__all__ = ["RELEASE_AFTER_BYTES", "REQUESTS_AT_ONCE", "SOCKET_BIND_MODE", "SOCKET_MODE", "serve"]
 
 logger = logging.getLogger(__name__)
 
+SOCKET_MODE: Final = 0o660
+"""The control socket's mode: the daemon's user and group (operators) may write
+through the daemon; others cannot connect (nor enter a 0750 log directory)."""
+SOCKET_BIND_MODE: Final = 0o600
+"""The mode the socket file is born with, before ``SOCKET_MODE`` is set."""
 REQUESTS_AT_ONCE: Final = 4
 """Requests of all connections running engine calls at once (the bridge has 16 threads,
 shared with the mount)."""
@@ -494,6 +499,23 @@ async def _receive_rest(stream: trio.SocketStream, start: bytes, n: int) -> byte
     return b"".join(parts)
 
 
+def _set_socket_mode(path: Path, mode: int) -> None:
+    """``chmod`` the socket at ``path`` itself, never what a symlink there names.
+
+    Raises:
+        OSError: ``path`` is no longer a socket (a symlink, or anything else put
+            there), or the chmod failed.
+    """
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise OSError(errno.EEXIST, "not the socket just bound", str(path))
+        # chmod of an O_PATH descriptor goes through /proc (as glibc's lchmod does).
+        os.chmod(f"/proc/self/fd/{fd}", mode)
+    finally:
+        os.close(fd)
+
+
 async def serve(
     log_dir: Path,
     manager: LogManager,
@@ -506,7 +528,8 @@ async def serve(
     """Serve the control socket of ``log_dir`` until cancelled.
 
     Binds ``LOGDIR/.seglog.sock`` (replacing a stale socket: the caller holds the
-    writer lock, so no other daemon can be serving this directory), reports the path
+    writer lock, so no other daemon can be serving this directory; born 0600, then
+    ``SOCKET_MODE``: connectable by no other user at any moment), reports the path
     through ``task_status`` once clients can connect, serves each connection in its
     own task within ``config``'s bounds (the defaults without one) and removes the
     socket on the way out. Every engine call goes through ``run_sync`` (the daemon's
@@ -523,11 +546,23 @@ async def serve(
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(path.lstat().st_mode):
                 path.unlink()
+        # The order is important below: the socket is never connectable by anyone but
+        # the daemon's user, not even for an instant. Connecting needs write permission
+        # on the socket file, and bind() creates that file with the mode of the
+        # socket's own inode less the umask (Linux's unix_bind: S_IFSOCK |
+        # (SOCK_INODE(sock)->i_mode & ~current_umask())). That inode starts at 0777,
+        # so a chmod after bind left a window in which a umask of 000 or 002 let
+        # others (or the group) connect. fchmod on the unbound socket narrows it
+        # first, so the file is born 0600 or less. This touches only this socket:
+        # os.umask around bind would be process-wide, and the daemon's worker threads
+        # create segment files at any moment (a roll), which would be born 0600 too.
+        # Only then is the intended mode set; without following a symlink, so that
+        # nothing a writer of the log directory put at that name in between is
+        # chmod'ed in its place.
+        os.fchmod(listener.fileno(), SOCKET_BIND_MODE)
         with socket_address(log_dir) as address:
             await listener.bind(address)
-        # The daemon's user and group (operators) may write through the daemon; others
-        # cannot write the log directory anyway.
-        os.chmod(path, 0o660)
+        _set_socket_mode(path, SOCKET_MODE)
         bound = path.lstat().st_ino
         listener.listen(_LISTEN_BACKLOG)
     except BaseException:

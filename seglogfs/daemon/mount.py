@@ -2,6 +2,11 @@
 
 The order of the steps matters:
 
+0. the set-up is checked (``seglogfs.setup_check``) before anything is created or
+   mounted: ``/dev/fuse`` usable, a mount point that exists, is a directory and holds
+   no FUSE mount, a log directory that is a directory outside the mount point (and
+   outside any seglogfs mount), a readable ``--config`` with valid keys and values;
+   each mistake is one line naming it;
 1. the engine is opened first (``LogManager.open``): it takes the writer lock, so a
    second writable mount of the same log directory fails with one line before anything
    is mounted; ``-o ro`` opens it read-only (no lock, no file ever changed);
@@ -19,7 +24,8 @@ The order of the steps matters:
 
 ``READY=1`` goes to systemd once the mount exists and the control socket listens,
 ``STOPPING=1`` when a signal starts the shutdown. Exit codes: 0 after a clean unmount,
-1 for a runtime error (locked log directory, mount failure), 2 for a usage error.
+1 for a runtime error (a set-up mistake, a locked log directory, a mount failure), 2 for
+a usage error (an unknown option, a bad key or value in ``--config``).
 """
 
 from __future__ import annotations
@@ -45,13 +51,22 @@ from storage import (
     LogDirLockedError,
     LogManager,
     StorageError,
-    load_properties,
 )
 
 from ..control import server as control_server
 from ..control.config import ControlConfig
 from ..open_files_limit import raise_open_files_limit
 from ..positions import position_index_spec
+from ..setup_check import (
+    SetupError,
+    check_apart,
+    check_fuse_device,
+    check_log_dir,
+    check_mount_point,
+    config_file_error,
+    log_dir_error,
+    read_config_file,
+)
 from . import sd_notify
 from .maintenance import run_maintenance
 from .malloc_tuning import (
@@ -170,14 +185,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     log_dir: Path = args.log_dir
     mountpoint: Path = args.mountpoint
-    if not mountpoint.is_dir():
-        _error(f"mount point {mountpoint} is not a directory")
-        return 1
     try:
-        properties = load_properties(args.config) if args.config is not None else None
-        broker = BrokerConfig.from_properties(properties) if properties is not None else None
-        control_config = ControlConfig.from_properties(properties or {})
-        read_ahead_bytes = fetch_max_bytes(properties or {})
+        # Each mistake named before anything is created or mounted.
+        check_fuse_device()
+        check_mount_point(mountpoint)
+        check_log_dir(log_dir, must_exist=options.read_only)
+        check_apart(log_dir, mountpoint)
+        broker, control_config, read_ahead_bytes = _settings(args.config)
+    except SetupError as exc:
+        _error(str(exc))
+        return 2 if exc.usage else 1
+    try:
         manager = LogManager.open(
             log_dir, broker, read_only=options.read_only, extension=position_index_spec
         )
@@ -188,9 +206,10 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     except OSError as exc:
-        _error(f"{exc.filename or log_dir}: {exc.strerror or exc}")
+        hint = "" if options.read_only else "; mount it read-only with -o ro"
+        _error(str(log_dir_error(log_dir, exc, writing=not options.read_only, read_only_hint=hint)))
         return 1
-    except (ConfigError, StorageError) as exc:
+    except StorageError as exc:  # unreadable metadata, a stored override that is invalid
         _error(str(exc))
         return 1
 
@@ -207,6 +226,26 @@ def run(args: argparse.Namespace) -> int:
         return 1
     logger.info("unmounted %s", mountpoint)
     return 0
+
+
+def _settings(config: Path | None) -> tuple[BrokerConfig | None, ControlConfig, int]:
+    """What ``--config`` sets: the broker config (``None``: Kafka's defaults), the
+    control socket's bounds and the readers' ``fetch.max.bytes``.
+
+    Raises:
+        SetupError: the file cannot be read (exit 1) or has a bad key or value (exit 2).
+    """
+    if config is None:
+        return None, ControlConfig(), fetch_max_bytes({})
+    properties = read_config_file(config, "--config")
+    try:
+        return (
+            BrokerConfig.from_properties(properties),
+            ControlConfig.from_properties(properties),
+            fetch_max_bytes(properties),
+        )
+    except ConfigError as exc:
+        raise config_file_error(config, "--config", exc) from None
 
 
 def _mount_and_serve(
@@ -238,9 +277,9 @@ def _mount_and_serve(
         try:
             pyfuse3.init(ops, str(mountpoint), fuse_options)
         except RuntimeError as exc:
-            raise _MountError(
-                f"cannot mount on {mountpoint} ({exc}): is it mounted already?"
-            ) from None
+            # What could be checked was (check_mount_point); libfuse or fusermount3
+            # printed the reason on the line before this one.
+            raise _MountError(f"cannot mount on {mountpoint}: {exc}") from None
         mounted.mounted = True
         logger.info(
             "mounted %s on %s (%s)",

@@ -42,6 +42,8 @@ from storage import (
     TopicNotEmptyError,
     validate_topic_name,
 )
+from storage.log.log_config import UNKNOWN_TOPIC_CONFIG, closest_topic_config
+from storage.number import abbreviated
 
 from ..positions import Rendering, position_of_offset
 from .handler import fail, handler
@@ -465,6 +467,18 @@ class Namespace(MountState):
                     self._refuse_outgrown_lines(topic, key, overrides)
                     await self._run(self.manager.alter_topic_config, topic, {key: text})
         except ConfigError as exc:
+            if exc.reason == UNKNOWN_TOPIC_CONFIG:
+                # Named as the user typed it: the attribute, not the config key.
+                suggestion = closest_topic_config(key)
+                hint = f" (did you mean {XATTR_PREFIX}{suggestion}?)" if suggestion else ""
+                logger.warning(
+                    "setfattr %s%s on topic %s refused: no such topic configuration%s",
+                    XATTR_PREFIX,
+                    abbreviated(key),
+                    topic,
+                    hint,
+                )
+                raise fail(errno.EINVAL) from None
             logger.warning("setfattr %s on topic %s refused: %s", key, topic, exc)
             raise fail(errno.EINVAL) from None
         logger.info("topic %s: set %s=%s", topic, key, text)

@@ -31,6 +31,7 @@ so all of it is safe to share between threads.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,8 +51,12 @@ from ..number import (
 __all__ = [
     "LONG_MAX",
     "TOPIC_CONFIG_NAMES",
+    "UNKNOWN_LOG_CONFIG",
+    "UNKNOWN_TOPIC_CONFIG",
     "BrokerConfig",
     "LogConfig",
+    "closest_topic_config",
+    "unknown_topic_config",
 ]
 
 # LONG_MAX, Java's ``Long.MAX_VALUE``, is Kafka's "never" for flush and compaction lags.
@@ -110,6 +115,50 @@ _SPEC_BY_NAME: dict[str, _Spec] = {spec.name: spec for spec in _SPECS}
 
 TOPIC_CONFIG_NAMES: frozenset[str] = frozenset(_SPEC_BY_NAME)
 """Every topic-level key ``LogConfig.from_properties`` accepts."""
+
+_LONGEST_SUGGESTED = 100  # difflib is quadratic in the key's length: no hint past it
+
+
+def _closest_key(key: str, known: frozenset[str]) -> str | None:
+    """The known key most like ``key`` (difflib's ratio at least 0.6, case ignored),
+    or ``None``: ``retention.mss`` -> ``retention.ms``, ``nosuch.key`` -> ``None``.
+
+    Cost: O(len(known) x len(key)^2) at worst, for keys of at most 100 characters."""
+    if len(key) > _LONGEST_SUGGESTED:
+        return None
+    by_lower = {name.lower(): name for name in known}
+    matches = difflib.get_close_matches(key.lower(), sorted(by_lower), n=1)
+    return by_lower[matches[0]] if matches else None
+
+
+UNKNOWN_TOPIC_CONFIG = "unknown topic configuration"
+"""The ``reason`` of the ``ConfigError`` for a topic-level key that does not exist."""
+UNKNOWN_LOG_CONFIG = "unknown log configuration"
+"""The ``reason`` of the ``ConfigError`` for a broker ``log.*`` key that does not exist."""
+
+
+def closest_topic_config(key: str) -> str | None:
+    """The topic-level key most like ``key`` (``retention.mss`` -> ``retention.ms``),
+    or ``None`` when none is close."""
+    return _closest_key(key, TOPIC_CONFIG_NAMES)
+
+
+def unknown_topic_config(key: str, value: object = None) -> ConfigError:
+    """The error for a topic-level ``key`` that does not exist (given ``value``):
+    ``unknown topic configuration 'retention.mss' (did you mean retention.ms?)``."""
+    return _unknown_key(key, value, UNKNOWN_TOPIC_CONFIG, closest_topic_config(key))
+
+
+def _unknown_key(key: str, value: object, reason: str, suggestion: str | None) -> ConfigError:
+    # A ConfigError like any other (the same class for every ``except``, and the same
+    # error kind on the control socket), whose message names the key and the closest
+    # known one rather than the value ("invalid value '1' for ...": the value is not
+    # what is wrong).
+    error = ConfigError(abbreviated(key), value, reason)
+    hint = f" (did you mean {suggestion}?)" if suggestion is not None else ""
+    error.args = (f"{reason} {abbreviated(key)!r}{hint}",)
+    return error
+
 
 # Java's Double.parseDouble grammar for decimal strings (hex floats left out). Written
 # so that no two repetitions can share a digit: "[0-9]+\.?[0-9]*" backtracked in
@@ -361,16 +410,16 @@ class LogConfig:
         parses them (``"compact,delete"``, ``"true"``, ``" 42 "``).
 
         Raises:
-            ConfigError: an unknown key (reason ``"unknown topic configuration"``),
-                an unparsable value, or a value out of bounds; the error names
-                the key.
+            ConfigError: an unknown key (reason ``UNKNOWN_TOPIC_CONFIG``, the
+                message naming the closest known key), an unparsable value, or a
+                value out of bounds; the error names the key.
         """
         # Any: each value matches its field's type by construction of _SPECS.
         changes: dict[str, Any] = {}
         for key, raw in props.items():
             spec = _SPEC_BY_NAME.get(key)
             if spec is None:
-                raise ConfigError(key, raw, "unknown topic configuration")
+                raise unknown_topic_config(key, raw)
             changes[spec.attr] = _parse(key, raw, spec)
         return dataclasses.replace(defaults if defaults is not None else cls(), **changes)
 
@@ -415,6 +464,9 @@ _BROKER_SYNONYMS: dict[str, str] = {
     "log.preallocate": "preallocate",
 }
 
+LOG_SEGMENT_OPEN_MAX = 1000
+"""``log.segment.open.max``'s default (``segment.OpenSegments``)."""
+
 # Broker keys with their own ConfigDef entries (KafkaConfig / ServerLogConfigs).
 _BROKER_SPECS: dict[str, _Spec] = {
     spec.name: spec
@@ -433,6 +485,8 @@ _BROKER_SPECS: dict[str, _Spec] = {
         # Not Kafka's: see BrokerConfig. The names are KIP-578's pattern.
         _Spec("max.topic.partitions", "max_topic_partitions", "int", at_least=1),
         _Spec("max.broker.partitions", "max_broker_partitions", "int", at_least=1),
+        # Not Kafka's either (a broker keeps every .log open): see BrokerConfig.
+        _Spec("log.segment.open.max", "log_segment_open_max", "int", at_least=1),
         _Spec(
             "log.retention.check.interval.ms",
             "log_retention_check_interval_ms",
@@ -485,6 +539,8 @@ _IGNORED_KAFKA_LOG_KEYS = frozenset(
 )
 
 
+_KNOWN_BROKER_KEYS = frozenset(_BROKER_SPECS) | frozenset(_LOG_DIRS_KEYS) | _IGNORED_KAFKA_LOG_KEYS
+
 _DEFAULT_LOG_CONFIG = LogConfig()
 _COMPACTION_KNOBS = (
     "delete.retention.ms",
@@ -517,7 +573,9 @@ class BrokerConfig:
     16,000 descriptors in the daemon: a quarter of the unit's ``LimitNOFILE=65536``,
     within a shell's hard limit (524,288 on Debian; the soft 1,024 is raised to it at
     start); 4,000 is also Kafka's own advice per broker. ``validated_partition_count``
-    applies them to each new topic.
+    applies them to each new topic. ``log.segment.open.max`` (1,000) bounds the sealed
+    segments a process keeps open (``segment.OpenSegments``; Kafka keeps every ``.log``
+    open and every used index mapped, and its operators raise ``ulimit -n``).
 
     Raises:
         ConfigError: (on construction) a broker-only value outside Kafka's
@@ -529,6 +587,7 @@ class BrokerConfig:
     num_partitions: int = 1
     max_topic_partitions: int = 1000
     max_broker_partitions: int = 4000
+    log_segment_open_max: int = LOG_SEGMENT_OPEN_MAX
     log_retention_check_interval_ms: int = 5 * _MS_PER_MINUTE
     log_flush_scheduler_interval_ms: int = LONG_MAX
     log_flush_offset_checkpoint_interval_ms: int = 60000
@@ -542,6 +601,7 @@ class BrokerConfig:
         _broker_check("num.partitions", self.num_partitions)
         _broker_check("max.topic.partitions", self.max_topic_partitions)
         _broker_check("max.broker.partitions", self.max_broker_partitions)
+        _broker_check("log.segment.open.max", self.log_segment_open_max)
         for key, maximum in (
             ("max.topic.partitions", self.max_topic_partitions),
             ("max.broker.partitions", self.max_broker_partitions),
@@ -622,14 +682,16 @@ class BrokerConfig:
         machinery this engine lacks (cleaner threads, tiered storage).
 
         Raises:
-            ConfigError: an unknown ``log.*`` key (most likely a typo), an
+            ConfigError: an unknown ``log.*`` key (most likely a typo: reason
+                ``UNKNOWN_LOG_CONFIG``, the message naming the closest known key), an
                 unparsable value or one outside Kafka's bounds; the error names
                 the broker key.
         """
         for key, raw in props.items():
             known = key in _BROKER_SPECS or key in _LOG_DIRS_KEYS
             if key.startswith("log.") and not known and key not in _IGNORED_KAFKA_LOG_KEYS:
-                raise ConfigError(key, raw, "unknown log configuration")
+                suggestion = _closest_key(key, _KNOWN_BROKER_KEYS)
+                raise _unknown_key(key, raw, UNKNOWN_LOG_CONFIG, suggestion)
 
         parsed: dict[str, object] = {
             key: _parse(key, raw, _BROKER_SPECS[key])
@@ -681,6 +743,7 @@ class BrokerConfig:
             num_partitions=number("num.partitions", 1),
             max_topic_partitions=number("max.topic.partitions", 1000),
             max_broker_partitions=number("max.broker.partitions", 4000),
+            log_segment_open_max=number("log.segment.open.max", LOG_SEGMENT_OPEN_MAX),
             log_retention_check_interval_ms=number(
                 "log.retention.check.interval.ms", 5 * _MS_PER_MINUTE
             ),

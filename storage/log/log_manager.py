@@ -58,11 +58,13 @@ from .file_names import (
 )
 from .lock_file import LogDirLock
 from .log import Log
-from .log_config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig
+from .log_config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig, unknown_topic_config
+from .segment import OPEN_SEGMENTS
 from .topic import (
     TopicMetadata,
     collision_key,
     read_topics_document,
+    validate_new_topic_name,
     validate_topic_name,
     write_topics_file,
 )
@@ -168,6 +170,9 @@ class LogManager:
             # engine makes keeps them from other users; an existing one keeps its mode.
             path.mkdir(mode=LOG_DIR_MODE, parents=True, exist_ok=True)
         manager = cls(path, broker_config, clock=clock, read_only=read_only, extension=extension)
+        # Process-wide: one bound for every log the process opens (the daemon and each
+        # command open one manager; the last one opened sets it).
+        OPEN_SEGMENTS.max_open = broker_config.log_segment_open_max
         if not read_only:
             manager._dir_lock.acquire()
         try:
@@ -415,6 +420,7 @@ class LogManager:
             self._check_writable()
             if partitions is None:
                 partitions = self.broker_config.num_partitions
+            validate_new_topic_name(name)
             metadata = TopicMetadata(name, partitions, format, key_separator, dict(config or {}))
             if name in self._topics:
                 raise TopicExistsError(name)
@@ -490,7 +496,7 @@ class LogManager:
             overrides = dict(metadata.overrides)
             for key in delete_configs:
                 if key not in TOPIC_CONFIG_NAMES:
-                    raise ConfigError(key, None, "unknown topic configuration")
+                    raise unknown_topic_config(key)
                 overrides.pop(key, None)
             overrides.update(set_configs or {})
             config = self.broker_config.topic_log_config(overrides)

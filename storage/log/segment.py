@@ -64,13 +64,13 @@ from .file_names import (
     time_index_file,
 )
 from .index import AbstractIndex
-from .log_config import LogConfig
+from .log_config import LOG_SEGMENT_OPEN_MAX, LogConfig
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_OPEN_SEGMENTS: Final = 1000
+DEFAULT_MAX_OPEN_SEGMENTS: Final = LOG_SEGMENT_OPEN_MAX
 """``log.segment.open.max``'s default: segments a process keeps open besides the pinned
 ones (each log's active segment). Kafka has no such setting (a broker keeps every
 segment's ``.log`` open and maps each index on first use for good, and its operators

@@ -31,9 +31,11 @@ from typing import TypeVar
 
 from ..atomic_file import write_atomically
 from ..errors import ConfigError, InvalidTopicError, StorageError
-from ..number import INT_MAX, shown_integer
+from ..number import INT_MAX, abbreviated, shown_integer
+from .file_names import METADATA_TOPIC
 
 MAX_TOPIC_NAME_LENGTH = 249
+_LONGEST_SHOWN_NAME = 255  # a file name's most: a longer name is shortened in the error
 _LEGAL_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
 FORMATS = ("lines", "raw")
 _FILE_VERSION = 1
@@ -41,6 +43,13 @@ _FILE_VERSION = 1
 
 def validate_topic_name(name: str) -> None:
     """Apply Kafka's topic-name rules.
+
+    They are also what keeps every topic inside the log directory: a partition
+    directory is ``<name>-<partition>``, so a name may hold no ``/``, NUL or other
+    byte a path gives meaning to, must not be ``.`` or ``..``, and at 249 characters
+    its directory names fit a file name; only ASCII, so no two names look alike
+    (``orders`` spelt with a Cyrillic o, U+043E, is refused). A name over 255 characters is
+    shortened in the error (its ``name`` too): a client may send a megabyte of it.
 
     Raises:
         InvalidTopicError: empty, ``.`` or ``..``, over 249 characters, or a character
@@ -50,10 +59,25 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopicError(name, "the name is empty")
     if name in (".", ".."):
         raise InvalidTopicError(name, "'.' and '..' are not allowed")
+    shown = abbreviated(name) if len(name) > _LONGEST_SHOWN_NAME else name
     if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopicError(name, f"longer than {MAX_TOPIC_NAME_LENGTH} characters")
+        raise InvalidTopicError(shown, f"longer than {MAX_TOPIC_NAME_LENGTH} characters")
     if not _LEGAL_TOPIC_CHARS.fullmatch(name):
-        raise InvalidTopicError(name, "only ASCII letters, digits, '.', '_' and '-' are allowed")
+        raise InvalidTopicError(shown, "only ASCII letters, digits, '.', '_' and '-' are allowed")
+
+
+def validate_new_topic_name(name: str) -> None:
+    """``validate_topic_name``, and the names Kafka refuses to create although they
+    are legal: ``__cluster_metadata``, whose ``__cluster_metadata-0`` is a KRaft
+    broker's metadata log (Kafka: "Creation of internal topic __cluster_metadata is
+    prohibited"), which this engine's loader, like Kafka's, never reads as a topic.
+
+    Raises:
+        InvalidTopicError: as ``validate_topic_name``, or a reserved name.
+    """
+    validate_topic_name(name)
+    if name == METADATA_TOPIC:
+        raise InvalidTopicError(name, f"creation of internal topic {name} is prohibited")
 
 
 def collision_key(name: str) -> str:

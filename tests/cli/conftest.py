@@ -1,12 +1,17 @@
-"""Running the command line in-process (fast) or as the installed console script."""
+"""Running the command line in-process (fast) or as the installed console script (also
+as another user), and checking its one-line errors."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import pwd
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,13 +76,18 @@ def cli(
 
 
 def run_script(
-    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None, timeout: float = 60
+    *args: str,
+    stdin: bytes = b"",
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    runner: tuple[str, ...] = (),
 ) -> Result:
-    """The installed ``seglogfs`` console script in a subprocess."""
+    """The installed ``seglogfs`` console script in a subprocess (run by ``runner``,
+    such as ``setpriv ...``, when given)."""
     environment = {k: v for k, v in os.environ.items() if k != "SEGLOG_LOG_DIR"}
     environment.update(env or {})
     completed = subprocess.run(
-        [str(SCRIPT), *args],
+        [*runner, str(SCRIPT), *args],
         input=stdin,
         capture_output=True,
         env=environment,
@@ -87,3 +97,76 @@ def run_script(
     return Result(
         completed.returncode, completed.stdout, strip_build_notice(completed.stderr).decode()
     )
+
+
+def refused(result: Result, code: int, message: str) -> None:
+    """``result`` is one error line of the command ending in ``message``, exit
+    ``code``, nothing on stdout, no traceback."""
+    assert (result.code, result.out) == (code, b""), result.err
+    assert result.err.startswith("seglogfs "), result.err
+    assert result.err.count("\n") == 1, result.err
+    assert "Traceback" not in result.err
+    assert result.err.endswith(f": error: {message}\n"), result.err
+
+
+def tree(root: Path) -> set[str]:
+    """Every path under ``root``, relative to it."""
+    return {str(path.relative_to(root)) for path in root.rglob("*")}
+
+
+NOBODY = "nobody"
+
+
+def _can_switch_user() -> bool:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        return False
+    try:
+        pwd.getpwnam(NOBODY)
+    except KeyError:
+        return False
+    return True
+
+
+needs_root = pytest.mark.skipif(
+    not _can_switch_user(), reason="needs root, setpriv and the user nobody"
+)
+"""For tests that run a command as another user or mount a tmpfs."""
+
+
+def as_nobody(*args: str, timeout: float = 60) -> Result:
+    """The console script run as the user nobody (setpriv drops every privilege)."""
+    runner = (
+        "setpriv",
+        f"--reuid={NOBODY}",
+        "--regid=nogroup",
+        "--clear-groups",
+        "--inh-caps=-all",
+    )
+    return run_script(*args, timeout=timeout, runner=runner)
+
+
+@contextlib.contextmanager
+def public_dir() -> Iterator[Path]:
+    """A fresh directory every user may enter (pytest's own are 0700)."""
+    with tempfile.TemporaryDirectory(prefix="seglog-setup-") as name:
+        os.chmod(name, 0o755)
+        yield Path(name)
+
+
+def write(path: Path, text: str) -> Path:
+    """``path`` holding ``text``."""
+    path.write_text(text)
+    return path
+
+
+@contextlib.contextmanager
+def read_only_file_system(where: Path, *, holding: Path) -> Iterator[Path]:
+    """A tmpfs at ``where`` holding a copy of ``holding``, remounted read-only."""
+    where.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(where)], check=True)
+    try:
+        shutil.copytree(holding, where / holding.name)
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        yield where / holding.name
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)

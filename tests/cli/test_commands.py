@@ -157,5 +157,5 @@ def test_mount_is_registered_with_its_own_arguments(cli: Cli, tmp_path: Path) ->
     nowhere = run_script("mount", str(tmp_path / "logs"), str(tmp_path / "nowhere"))
     assert nowhere.code == 1
     assert nowhere.err == (
-        f"seglogfs mount: error: mount point {tmp_path / 'nowhere'} is not a directory\n"
+        f"seglogfs mount: error: mount point {tmp_path / 'nowhere'} does not exist\n"
     )

@@ -216,7 +216,7 @@ def test_broker_config_file_gives_the_defaults(cli: Cli, log_dir: Path, tmp_path
     missing = cli("topics", "create", "u", "--broker-config", str(tmp_path / "none"))
     assert missing.code == 1
     assert missing.err == (
-        f"seglogfs topics create: error: {tmp_path / 'none'}: No such file or directory\n"
+        f"seglogfs topics create: error: --broker-config {tmp_path / 'none'} does not exist\n"
     )
 
 

@@ -169,8 +169,10 @@ def test_a_bad_control_setting_stops_the_mount_with_one_line(
     properties.write_text("num.partitions=2\nmax.connections=0\n")
     mount = mount_dir(log_dir, "--config", str(properties), wait=False)
     assert mount.proc is not None
-    assert mount.proc.wait(60) == 1
+    # A bad value in --config is a usage error, as for the other commands' files, and
+    # the line names the file.
+    assert mount.proc.wait(60) == 2
     assert mount.log().strip().splitlines()[-1] == (
-        "seglogfs mount: error: invalid value 0 for configuration max.connections: "
-        "must be a whole number from 1 to 2147483647"
+        f"seglogfs mount: error: --config {properties}: invalid value 0 for configuration "
+        "max.connections: must be a whole number from 1 to 2147483647"
     )

@@ -63,7 +63,7 @@ BROKER_CONFIG = """\
 log.retention.check.interval.ms=200
 log.flush.offset.checkpoint.interval.ms=150
 log.flush.start.offset.checkpoint.interval.ms=150
-file.delete.delay.ms=100
+log.segment.delete.delay.ms=100
 log.flush.interval.ms=300
 """
 

@@ -71,7 +71,12 @@ def _install(operation: str, target: int, marker: str, armed: str) -> None:
     state = threading.local()
 
     def crash(call: str) -> None:
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # Two threads may reach their K-th call together: the first to create the
+        # marker names the crash point and kills the process; the others wait for it.
+        try:
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            threading.Event().wait()
         original_write(fd, f"{operation} {target} {call}\n".encode())
         original_fsync(fd)
         os.kill(os.getpid(), signal.SIGKILL)

@@ -640,3 +640,13 @@ def test_a_partition_of_100000_segments_opens_and_serves_reads(memory_dir: Path)
     bound = 1024 // 4 // 7
     assert summary["fds"] <= 4 * (bound + 1), summary
     assert summary["maps"] <= 3 * (bound + 1), summary
+
+
+def test_log_segment_open_max_is_read_from_the_broker_config(tmp_path: Path) -> None:
+    from storage import BrokerConfig, ConfigError, LogManager
+
+    props = {"log.dirs": str(tmp_path), "log.segment.open.max": "7"}
+    with LogManager.open(tmp_path, BrokerConfig.from_properties(props)):
+        assert OPEN_SEGMENTS.max_open == 7
+    with pytest.raises(ConfigError, match=r"log\.segment\.open\.max"):
+        BrokerConfig.from_properties({**props, "log.segment.open.max": "0"})
