@@ -253,14 +253,15 @@ def test_many_readers_of_a_real_mount_stay_in_budget_and_give_memory_back(
 @needs_fuse
 def test_fetch_max_bytes_is_read_from_the_mount_config(tmp_path: Path, mount_dir: MountDir) -> None:
     # The daemon reads the budget from --config: a value under Kafka's minimum stops the
-    # mount with one line naming the key; a valid one mounts and serves reads.
+    # mount with one line naming the key (a bad value in --config: usage error, exit 2);
+    # a valid one mounts and serves reads.
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
     properties = tmp_path / "server.properties"
     properties.write_text("fetch.max.bytes=12\n")
     refused = mount_dir(log_dir, "--config", str(properties), wait=False)
     assert refused.proc is not None
-    assert refused.proc.wait(60) == 1
+    assert refused.proc.wait(60) == 2
     assert "fetch.max.bytes" in refused.log().strip().splitlines()[-1]
     properties.write_text("fetch.max.bytes=1048576\n")
     mount = mount_dir(log_dir, "--config", str(properties))

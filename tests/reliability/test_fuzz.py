@@ -172,6 +172,7 @@ def test_fuzz_record_batches() -> None:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(7200)
 def test_fuzz_record_batches_long() -> None:
     _batches(LONG_INPUTS)
 
@@ -203,6 +204,7 @@ def test_fuzz_segment_files(tmp_path: Path) -> None:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(7200)
 def test_fuzz_segment_files_long(tmp_path: Path) -> None:
     _segments(tmp_path, 20_000)
 
@@ -412,6 +414,7 @@ def test_fuzz_control_frames(tmp_path: Path) -> None:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(7200)
 def test_fuzz_control_frames_long(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     _control_frames(tmp_path, 100_000)

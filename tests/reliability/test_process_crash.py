@@ -347,6 +347,7 @@ def test_sigkill_in_every_operation_loses_no_acknowledged_line(tmp_path: Path) -
 
 @needs_fuse
 @pytest.mark.long
+@pytest.mark.timeout(3600)
 def test_sigkill_many_cycles(tmp_path: Path) -> None:
     harness = _run(tmp_path, LONG_CYCLES)
     assert set(harness.hits) == set(OPERATIONS), harness.hits

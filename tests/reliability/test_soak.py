@@ -234,5 +234,6 @@ def test_soak_smoke(tmp_path: Path) -> None:
 
 @needs_fuse
 @pytest.mark.long
+@pytest.mark.timeout(LONG_SECONDS + 900)
 def test_soak(tmp_path: Path) -> None:
     run_soak(tmp_path, LONG_SECONDS)
