@@ -9,7 +9,10 @@ What is checked, each problem reported with its file and byte position:
   offsets increase from batch to batch and across segments, never below the segment's
   base offset (the file name) nor at or past the next segment's; relative offsets fit
   32 bits; a partial batch at the end of a segment is a problem, except at the end of
-  the active segment while a writer holds the lock (it is being written);
+  the active segment while a writer holds the lock (it is being written); a hole of
+  offsets between two segments is a missing segment file unless compaction may have
+  left it (``storage.log.log_loader.holes_are_damage``: a topic whose
+  ``cleanup.policy`` includes ``compact``, or a broker's partition directory);
 - ``.index``: whole 8-byte entries, offsets and positions increasing, each entry
   pointing at the start of a batch whose last offset is the entry's offset (what
   Kafka's ``--verify-index-only`` checks);
@@ -59,6 +62,7 @@ from storage.log.file_names import (
     offset_from_file_name,
     parse_topic_partition_name,
 )
+from storage.log.log_loader import holes_are_damage
 from storage.log.topic import read_topics_document
 from storage.record.render import rendered_size
 
@@ -108,6 +112,7 @@ class _Segment:
     log_path: Path
     batches: list[_Batch]
     next_offset: int  # after the last complete batch (base offset when empty)
+    framed: bool = True  # its batch headers frame to the end of the file
 
 
 def _read(path: Path) -> bytes | None:
@@ -221,6 +226,7 @@ class _PartitionVerifier:
         self.checkpointed_start: tuple[int, int] | None = None  # read by ``run``
         separator = metadata.key_separator
         self.separator = separator.encode() if separator is not None else None
+        self.compact = "compact" in metadata.overrides.get("cleanup.policy", "delete").split(",")
         self.writer = writer
         self.problems = problems
         self.bar = bar
@@ -250,10 +256,13 @@ class _PartitionVerifier:
                     continue
                 bases.append(base)
         bases.sort()
+        holes_damage = holes_are_damage([path.name for path in names], self.compact)
         previous: _Segment | None = None
         units_end: int | None = None
         for i, base in enumerate(bases):
             last = i == len(bases) - 1
+            if holes_damage and previous is not None and self.check_hole(previous, base):
+                units_end = None  # the positions of the missing offsets went with them
             mark = len(self.problems)
             segment, end_units = self.check_segment(base, last, previous, units_end)
             if self.writer and len(self.problems) > mark and i >= len(bases) - 2:
@@ -266,6 +275,24 @@ class _PartitionVerifier:
             if segment is not None:
                 previous, units_end = segment, end_units
         return previous.next_offset if previous is not None else 0
+
+    def check_hole(self, previous: _Segment, base: int) -> bool:
+        """Report a hole of offsets before segment ``base``; return whether there is one.
+
+        Under cleanup.policy=delete segments are contiguous (see ``holes_are_damage``):
+        offsets between the previous segment's end and this base offset were in a
+        segment file that is gone. (A previous segment whose batches stop framing was
+        reported already: where it would have ended is unknown.)
+        """
+        if not previous.framed or previous.next_offset >= base:
+            return False
+        self.problem(
+            self.directory / f"{base:020d}.log",
+            None,
+            f"offsets {previous.next_offset}..{base - 1} are in no segment file: a segment "
+            f"between {previous.log_path.name} and this one is missing",
+        )
+        return True
 
     def check_segment(
         self,
@@ -321,6 +348,7 @@ class _PartitionVerifier:
             consumed = len(data)
         if progress:
             self.bar.update(len(data))
+        segment.framed = consumed == len(data)
         if consumed < len(data) and not (active and self.writer):
             self.problem(
                 path,

@@ -24,6 +24,7 @@ Thread-safe as far as the engine is (each ``Log`` serialises its appends); a
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from storage import (
@@ -48,6 +49,7 @@ __all__ = [
     "append_raw",
     "produce_lines",
     "raw_pieces",
+    "room_estimate",
     "split_lines",
 ]
 
@@ -77,6 +79,14 @@ def split_lines(
 def batch_estimate(data_bytes: int, records: int) -> int:
     """An upper estimate of the v2 batch holding ``records`` lines of ``data_bytes``."""
     return data_bytes + RECORD_OVERHEAD * records + BATCH_OVERHEAD
+
+
+def room_estimate(data_bytes: int, records: int, codec: CompressionType) -> int:
+    """An upper bound of the bytes the batches of ``records`` lines of ``data_bytes``
+    take in a segment, however the engine splits them (a batch per record at worst)
+    and whatever a codec does to them (its worst growth)."""
+    size = data_bytes + (RECORD_OVERHEAD + BATCH_OVERHEAD) * records
+    return size if codec is CompressionType.NONE else size + _codec_growth(size)
 
 
 def line_chunks(data: bytes, limit: int) -> list[bytes]:
@@ -287,13 +297,16 @@ def produce_lines(
     Keyless lines are appended as ``append_lines`` does (a count short of ``len(data)``
     means a short write); keyed lines with one append per partition written, in
     partition order, once every line is known to fit one record (``limit``, whose
-    separator is the topic's). Returns the bytes of ``data`` appended and ``(partition,
-    AppendInfo)`` for each append. ``logs(p)`` gives partition ``p``'s log.
+    separator is the topic's) and every partition has room for its lines
+    (``Log.reserved``): a write cannot be cut short at a line end then (the lines of
+    the partitions go to their logs in no order the write's bytes have), so it is all
+    or nothing. Returns the bytes of ``data`` appended and ``(partition, AppendInfo)``
+    for each append. ``logs(p)`` gives partition ``p``'s log.
 
     Raises:
         RecordTooLargeError: a line cannot be one record; nothing appended.
-        OSError, ReadOnlyLogError: as ``append_lines``; appends to partitions earlier in
-            the order may have happened.
+        OSError: ``ENOSPC``: a partition has no room for its lines; nothing appended.
+        ReadOnlyLogError: as ``append_lines``.
     """
     keyless = sticky.partition()
     separator = limit.separator
@@ -327,12 +340,19 @@ def produce_lines(
         group[2][0] += size + 1
     sticky.next_batch()
     infos: list[tuple[int, AppendInfo]] = []
-    for partition in sorted(groups):
-        group_values, group_keys, units = groups[partition]
-        info = logs(partition).append(
-            group_values, keys=None if keys is None else group_keys, units=units[0]
-        )
-        infos.append((partition, info))
+    with contextlib.ExitStack() as reserved:
+        # Room in every partition first: a full disk must refuse the whole write, or
+        # the writer's retry would append again the lines of the partitions before.
+        for partition in sorted(groups):
+            group_values, _keys, units = groups[partition]
+            room = room_estimate(units[0], len(group_values), limit.codec)
+            reserved.enter_context(logs(partition).reserved(room, len(group_values)))
+        for partition in sorted(groups):
+            group_values, group_keys, units = groups[partition]
+            info = logs(partition).append(
+                group_values, keys=None if keys is None else group_keys, units=units[0]
+            )
+            infos.append((partition, info))
     return len(data), infos
 
 

@@ -18,13 +18,18 @@ refreshed when it is read or stat'ed).
 
 Every engine call goes through the daemon's ``run_sync`` bridge to a worker thread, so
 an fsync of a large sealed segment never stalls the event loop. A failing task logs the
-error (its traceback once) and tries again later: background work never takes the mount
-down.
+error and tries again later: background work never takes the mount down. The log stays
+short however long the failure lasts (a full disk fails every checkpoint until room is
+made, or fills and frees again and again): a task logs at most a line a minute
+(``REPEAT_LOG_S``), counting the failures left out; an ``OSError`` is the environment,
+not a bug, so its line has no traceback (anything else has its traceback once); and a
+line says when the task works again.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 
 import trio
@@ -39,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 MAX_SLEEP_S = 1.0
 REFRESH_S = 1.0
+REPEAT_LOG_S = 60.0
+"""A task that keeps failing logs at most one line per this many seconds."""
 
 
 async def run_maintenance(manager: LogManager, run_sync: RunSync, *, read_only: bool) -> None:
@@ -73,18 +80,40 @@ async def run_maintenance(manager: LogManager, run_sync: RunSync, *, read_only: 
 
 
 class _Failures:
-    """A background task's error log: the traceback the first time, a line after."""
+    """A background task's error log (see the module): at most a line a minute, the
+    first with the traceback when it is not an ``OSError`` (once per task), each one
+    counting the failures left out before it; a line when the task works again after
+    a failure that was logged. A disk that fills and frees again and again is a line
+    a minute too."""
 
     def __init__(self, what: str) -> None:
         self.what = what
-        self.seen = False
+        self.failing = False  # the last attempt failed
+        self.told = False  # and a line said so
+        self.unlogged = 0  # failures since the last line
+        self.logged_at = -math.inf
+        self.traceback_logged = False
 
     def report(self, exc: Exception) -> None:
-        if self.seen:
-            logger.error("%s failed again: %s", self.what, exc)
+        now = trio.current_time()
+        self.failing = True
+        if now - self.logged_at < REPEAT_LOG_S:
+            self.unlogged += 1
+            return
+        more = f" ({self.unlogged} more time(s) since the last line)" if self.unlogged else ""
+        if isinstance(exc, OSError) or self.traceback_logged:
+            logger.error("%s failed%s; retrying: %s", self.what, more, exc)
         else:
-            logger.error("%s failed; retrying", self.what, exc_info=exc)
-        self.seen = True
+            self.traceback_logged = True
+            logger.error("%s failed%s; retrying", self.what, more, exc_info=exc)
+        self.unlogged = 0
+        self.logged_at = now
+        self.told = True
+
+    def succeeded(self) -> None:
+        if self.failing and self.told:
+            logger.info("%s works again", self.what)
+        self.failing = self.told = False
 
 
 async def _every(seconds: float, what: str, run_sync: RunSync, work: Callable[[], object]) -> None:
@@ -95,6 +124,8 @@ async def _every(seconds: float, what: str, run_sync: RunSync, work: Callable[[]
             await run_sync(work)
         except Exception as exc:
             failures.report(exc)
+        else:
+            failures.succeeded()
 
 
 def _retention(manager: LogManager) -> None:
@@ -128,3 +159,5 @@ async def _when_due(manager: LogManager, run_sync: RunSync) -> None:
         except Exception as exc:
             failures.report(exc)
             wait_ms = int(MAX_SLEEP_S * 1000)
+        else:
+            failures.succeeded()

@@ -201,8 +201,8 @@ class ExtensionIndex(AbstractIndex):
                 f"in {self._path}"
             )
         relative = self._require_relative_offset(offset)
+        self._ensure_allocated(n * 12 + 12)
         buf = self._writable_map()
-        self._ensure_allocated(buf, n * 12 + 12)
         # Units first, relative offset last: see the class doc.
         _INT64.pack_into(buf, n * 12, units)
         _INT32.pack_into(buf, n * 12 + 8, relative)

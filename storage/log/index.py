@@ -121,8 +121,11 @@ class AbstractIndex(abc.ABC):
 
     Full disk: before an entry is written into a page of the mapping no entry used
     before, the page is faulted in writable (``MADV_POPULATE_WRITE``), which allocates
-    its block: a file system out of space fails that with an ``OSError`` (``ENOSPC``)
-    instead of killing the process with ``SIGBUS`` at the store.
+    its blocks: a file system out of space fails that with an ``OSError`` (``ENOSPC``)
+    instead of killing the process with ``SIGBUS`` at the store. The page holding the
+    last entry of a file opened again counts as such a page (its blocks past the end
+    the file was trimmed to are holes where a block is smaller than a page), and
+    ``reserve`` does it ahead of an append, before the log writes its bytes.
 
     Costs: lookups are a binary search over the mapping, O(log n), restricted first to
     Kafka's "warm" section (the last 8 KiB of entries) when the target lies there, so
@@ -224,9 +227,13 @@ class AbstractIndex(abc.ABC):
         self._length = length
         self._entries = entries
         self._max_entries = length // self.ENTRY_SIZE
-        # Pages holding entries were written, so they have blocks; past them, the
-        # preallocation is a hole.
-        self._populated = -(-entries * self.ENTRY_SIZE // _PAGE) * _PAGE
+        # Pages filled with entries were written, so they have blocks; past them, the
+        # preallocation is a hole. The page holding the last entry may be partly a hole
+        # too: a file trimmed to its entries (a clean close) keeps only the blocks up
+        # to that end, and ``resize`` regrows it sparse. Where a block is smaller than a
+        # page (ext4 makes 1-KiB blocks on a small file system), the next store into
+        # that page needs blocks: it is faulted in again first (``_ensure_allocated``).
+        self._populated = entries * self.ENTRY_SIZE // _PAGE * _PAGE
 
     def _map_valid_prefix(self, most: int | None = None) -> None:
         """(Re)read size and entry count of a read-only index; map only the valid prefix
@@ -400,12 +407,39 @@ class AbstractIndex(abc.ABC):
             raise
         self._entries_changed(self._mapped())
 
-    def _ensure_allocated(self, buf: mmap.mmap, end: int) -> None:
-        """Fault in writable the pages of ``buf`` up to byte ``end`` before an entry is
-        written there (see "Full disk" in the class doc).
+    def reserve(self, entries: int) -> None:
+        """Allocate now the pages the next ``entries`` appends would write (as far as
+        the file goes), so that they cannot fail for want of a block.
+
+        The log calls it before it writes an append's bytes: on a full disk the append
+        then fails whole with ``ENOSPC``, before anything is written, instead of being
+        acknowledged with its index entries left out (a sparse index stays correct,
+        but no longer what a rebuild, or Kafka, makes of the same log).
 
         Raises:
             OSError: ``ENOSPC``: the file system has no block for such a page.
+            ReadOnlyLogError: the index is read-only.
+            ValueError: the index is closed.
+
+        Runtime complexity: O(1); one ``madvise`` when a new page is needed.
+        """
+        self._ensure_allocated(min(self._entries + entries, self._max_entries) * self.ENTRY_SIZE)
+
+    def _ensure_allocated(self, end: int) -> None:
+        """Fault in writable the pages of the mapping up to byte ``end`` before an entry
+        is written there (see "Full disk" in the class doc). Callers take the mapping
+        only after this returned.
+
+        The mapping is bound to no name here, nor in the callers when this raises: an
+        error's traceback keeps the locals of its frames, and a mapping it kept alive
+        would keep the blocks the kernel did reserve for the part of a page it faulted
+        in, even once the file is closed and unlinked (a topic create that fails so
+        must have them back before its undo writes the metadata file).
+
+        Raises:
+            OSError: ``ENOSPC``: the file system has no block for such a page.
+            ReadOnlyLogError: the index is read-only.
+            ValueError: the index is closed.
         """
         global _populate_write
         start = self._populated
@@ -413,16 +447,14 @@ class AbstractIndex(abc.ABC):
             return
         stop = -(-end // _PAGE) * _PAGE
         try:
-            buf.madvise(_MADV_POPULATE_WRITE, start, stop - start)
+            self._writable_map().madvise(_MADV_POPULATE_WRITE, start, stop - start)
         except OSError as exc:
             if exc.errno == errno.EINVAL:
                 _populate_write = False  # a kernel before 5.14: stores fault as before
                 return
-            raise OSError(
-                errno.ENOSPC,
-                f"no block for a new entry of index {self._path} ({exc.strerror})",
-                str(self._path),
-            ) from exc
+            # The kernel says EFAULT ("Bad address") where a store would have faulted:
+            # what the user needs to read is the file system's reason.
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self._path)) from exc
         self._populated = stop
 
     # -- abstract, entry-format specific -------------------------------------------
@@ -930,9 +962,41 @@ class AbstractIndex(abc.ABC):
             assert self._fd == -1, "a writable index keeps no descriptor of its own"
             assert len(buf) == self._length, (len(buf), self._length)
             assert self._length % size == 0
-            tail = buf[self._entries * size :]
-            assert tail == bytes(len(tail)), "bytes after the last entry are not zero"
+            # Through the mapping only where its pages have blocks: a page of a full
+            # tmpfs that has none cannot even be read through a shared mapping (the
+            # fault would allocate it: SIGBUS). Past them, the file's data, not its holes.
+            start = self._entries * size
+            populated = max(self._populated, start)
+            tail = buf[start:populated]
+            assert tail.count(0) == len(tail), "bytes after the last entry are not zero"
+            if populated < self._length and os.path.exists(self._path):
+                assert _zeros_in_file(self._path, populated, self._length), (
+                    "bytes after the last entry are not zero"
+                )
         else:
             assert len(buf) == self._entries * size
         if self._fd >= 0:
             assert os.fstat(self._fd).st_size >= self._entries * size
+
+
+def _zeros_in_file(path: Path, start: int, end: int) -> bool:
+    """Whether bytes ``start`` to ``end`` of the file are all zero, reading only its
+    data (``SEEK_DATA``), never its holes (for ``_check``)."""
+    with open(path, "rb") as file:
+        fd = file.fileno()
+        position = start
+        while position < end:
+            try:
+                data = os.lseek(fd, position, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    return True  # only a hole to the end of the file
+                raise
+            if data >= end:
+                return True
+            hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
+            chunk = os.pread(fd, hole - data, data)
+            if chunk.count(0) != len(chunk):
+                return False
+            position = hole
+    return True

@@ -26,7 +26,11 @@ how a copy of a Kafka broker's directory is browsed.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import logging
+import os
 import random
 import shutil
 import threading
@@ -293,7 +297,8 @@ class Log:
 
         Raises:
             RecordTooLargeError: a single record's batch exceeds ``max.message.bytes``.
-            OSError: the write failed (e.g. ``ENOSPC``); nothing was appended.
+            OSError: the write failed, or a page of an index the append writes had no
+                block (``ENOSPC``: a full disk); nothing was appended.
             ReadOnlyLogError: the log is read-only or closed.
         """
         n = len(values)
@@ -395,6 +400,7 @@ class Log:
             RecordTooLargeError: a batch exceeds ``max.message.bytes``.
             InvalidRecordError: a producer batch breaks a ``LogValidator`` rule.
             InvalidOffsetError: without ``assign_offsets``, offsets do not follow the log end.
+            OSError: as ``append`` (``ENOSPC``); nothing was appended.
             ReadOnlyLogError: the log is read-only or closed.
         """
         with self._lock:
@@ -462,6 +468,11 @@ class Log:
         last_offset = appended[-1].last_offset
         max_ts = max(batch.max_timestamp for batch in appended)
         segment = self._maybe_roll(len(data), max_ts, last_offset, now)
+        # Full disk: every index page this append may write gets its blocks before any
+        # log byte is written (each batch adds at most one entry to each index), so an
+        # append is acknowledged with all of its index entries or fails whole.
+        for index in segment.indexes():
+            index.reserve(len(appended))
         position = segment.append(data, appended)
         self._next_offset = last_offset + 1
         if self._next_offset - self.recovery_point >= self.config.flush_messages:
@@ -469,6 +480,36 @@ class Log:
         return AppendInfo(
             first_offset, last_offset, max_ts, count, len(data), segment.base_offset, position
         )
+
+    @contextlib.contextmanager
+    def reserved(self, size: int, records: int) -> Iterator[None]:
+        """Hold the log for appends that must not fail for want of room: at most
+        ``records`` records in at most ``size`` bytes of batches.
+
+        For the block the log's lock is held (this thread's appends go on, other
+        threads' wait), the appends' segment is the active one (rolled to now if they
+        would roll it), and the blocks they need are allocated: the ``.log``'s after
+        its end (``fallocate`` keeping the size: appends write into them later, and
+        what they leave unused the next appends do) and the index pages their entries
+        may need. An append of several partitions that must be all or nothing as far
+        as room goes (the file system's ``produce`` file) reserves each partition, in
+        one order (sorted: no two such writers wait for each other), then appends to
+        each. A roll by ``segment.ms`` falling due between the reservation and the
+        append would still need blocks of its own.
+
+        Raises:
+            OSError: ``ENOSPC``: not enough room; nothing was appended (a roll the
+                appends needed may have happened).
+            ReadOnlyLogError: the log is read-only or closed.
+        """
+        with self._lock:
+            self._check_writable()
+            now = self.clock.milliseconds()
+            segment = self._maybe_roll(size, now, self._next_offset + records - 1, now)
+            for index in segment.indexes():
+                index.reserve(records)
+            _allocate_after_end(segment.path, segment.size, size)
+            yield
 
     # -- roll ------------------------------------------------------------------------
 
@@ -875,7 +916,11 @@ class Log:
         # deletion instead of skipping it as a gap in the data); then the segments
         # leave the map, so no new read starts in them; then the files are renamed
         # .deleted (a crash from here on leaves files that recovery removes); the
-        # unlink waits file.delete.delay.ms for reads already under way.
+        # unlink waits file.delete.delay.ms for reads already under way. A rename can
+        # fail on a full disk (the longer name may need a new block of the directory):
+        # that segment's files are unlinked at once instead, which needs no room and
+        # gives some back; they must not stay behind, out of the map yet on disk, to
+        # come back at the next open.
         following = self.segments.higher_segment(segments[-1].base_offset)
         assert following is not None, "the active segment is never deleted"
         self._checkpoint_extension_start(following)
@@ -884,12 +929,22 @@ class Log:
             self.segments.remove(segment.base_offset)
         due = self.clock.milliseconds() + self.config.file_delete_delay_ms
         for segment in segments:
-            segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            try:
+                segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+            except OSError as exc:
+                logger.warning(
+                    "%s: segment %d deleted at once, its files could not be renamed: %s",
+                    self.dir.name,
+                    segment.base_offset,
+                    exc,
+                )
+                _delete_segment_files(segment)
+            else:
+                self._pending_deletes.append((due, segment))
             # Oldest first, each durable before the next: a power cut must never keep a
             # later segment's rename and lose an earlier one's (the older segment would
             # come back behind a hole of offsets).
             fsync_directory(self.dir)
-            self._pending_deletes.append((due, segment))
         logger.info(
             "%s: deleted %d segment(s); log start offset %d",
             self.dir.name,
@@ -1078,3 +1133,45 @@ class Log:
             f"Log({self.dir.name}, start={self.log_start_offset}, end={self._next_offset},"
             f" segments={len(self.segments)})"
         )
+
+
+def _delete_segment_files(segment: LogSegment) -> None:
+    """Close a segment whose rename to ``.deleted`` failed part way and unlink its files,
+    under either name (a file adopts its new name even when the rename failed).
+
+    Raises:
+        OSError: a file exists but cannot be unlinked.
+    """
+    segment.close_handlers()
+    for path in (segment.log.path, *(index.path for index in segment.indexes())):
+        original = path.with_name(path.name.removesuffix(DELETED_FILE_SUFFIX))
+        for name in {path, original}:
+            name.unlink(missing_ok=True)
+
+
+_FALLOC_FL_KEEP_SIZE = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+_fallocate = _libc.fallocate
+_fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+_fallocate.restype = ctypes.c_int
+
+
+def _allocate_after_end(path: Path, offset: int, length: int) -> None:
+    """Allocate the blocks of ``length`` bytes at ``offset`` of the file, at or past its
+    end, without changing its size (Linux's ``fallocate`` with ``FALLOC_FL_KEEP_SIZE``;
+    ``os.posix_fallocate`` would grow the file). A file system that cannot is skipped:
+    the write finds out.
+
+    Raises:
+        OSError: ``ENOSPC``, or the file cannot be opened.
+    """
+    if length <= 0:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+            code = ctypes.get_errno()
+            if code not in (errno.EOPNOTSUPP, errno.ENOSYS):
+                raise OSError(code, os.strerror(code), str(path))
+    finally:
+        os.close(fd)

@@ -6,30 +6,50 @@ Writable open, in order:
    them once the data is unreachable or not yet committed) and index ``.swap`` files;
    complete each ``.log.swap`` (a cleaned segment whose rename to ``.swap`` was the
    cleaner's commit point): drop the segments it replaces, rename it into place.
-2. Open every segment; rebuild indexes that are missing or fail the sanity check.
+2. Open every segment, once, oldest first (``_Pass``). A segment whose data is final
+   (sealed, or below the recovery point) is trusted as Kafka trusts it: its indexes
+   are not checked; missing ones are rebuilt from the log without cutting it
+   (``LogSegment.rebuild_indexes``: a damaged batch stays, and reads raise there).
+   The active segment after a clean shutdown gets the sanity and plausibility checks
+   (indexes rebuilt the same way when they fail), and when its batches stop framing
+   before its end it is recovered like an unflushed tail. Segments recovery will
+   re-validate get no checks (recovery rebuilds their indexes). Each segment's end
+   offset is measured, and its extension units settled, in the same pass.
 3. After an unclean shutdown, re-validate every segment from the one holding the
-   recovery point, batch by batch; truncate at the first partial or invalid batch and
-   delete all later segments (their data cannot be trusted to follow on).
-4. Settle each segment's extension units (see ``_load_extensions``).
+   recovery point, batch by batch; cut at the first partial or invalid batch and
+   delete all later segments (their data cannot be trusted to follow on). Only this,
+   and the damaged active segment of step 2, ever cut data, and each cut is logged
+   at WARNING with its bytes and offsets.
+4. Mark holes of offsets between segments (``_mark_holes``): a missing segment file.
 5. Make room in the active segment's indexes; derive the log end offset.
 
 A read-only open changes no file: stale temporaries are ignored, indexes that need a
 rebuild are rebuilt in a private scratch directory, and an invalid tail is hidden from
-readers instead of truncated.
+readers instead of cut; the hidden tail stays hidden on ``refresh_segments`` until a
+writer has recovered the log (``HiddenTail``).
+
+Cost (a log of n segments): each segment's files are opened once, in one pass (Kafka
+maps an index on first use; here the process's ``OpenSegments`` bound releases them
+again as the pass goes on), and each is read only at its tail (the batches after its
+last offset-index and extension-index entries); segments recovery re-validates are read
+whole.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..clock import Clock
-from ..errors import CorruptCheckpointError, CorruptIndexError, StorageError
+from ..errors import CorruptCheckpointError, CorruptIndexError, CorruptRecordError, StorageError
 from ..record.file_records import FileRecords
+from ..record.record_batch import HEADER_SIZE_UP_TO_MAGIC, batch_size_at, read_batch
 from .checkpoint import read_extension_start_checkpoint
 from .extension_index import ExtensionIndex, ExtensionIndexSpec
 from .file_names import (
@@ -40,20 +60,44 @@ from .file_names import (
     SWAP_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
     extension_index_file,
+    filename_prefix_from_offset,
     log_file,
     offset_from_file_name,
     offset_index_file,
     time_index_file,
 )
 from .log_config import LogConfig
-from .log_segments import LogSegments
+from .log_segments import HiddenTail, LogSegments
 from .offset_index import OffsetIndex
-from .segment import LogSegment
+from .segment import LogSegment, Revalidation
 from .time_index import TimeIndex
 
 logger = logging.getLogger(__name__)
 
 _LOG_SWAP = LOG_FILE_SUFFIX + SWAP_FILE_SUFFIX
+
+BROKER_PARTITION_FILES = ("leader-epoch-checkpoint", "partition.metadata")
+"""Files a Kafka broker writes into every partition directory (the leader-epoch cache
+since 0.11, the topic id since 2.8) and seglogfs never does: a directory holding one
+is a broker's, whose topic configuration (its ``cleanup.policy``) stayed in the
+broker's metadata."""
+
+
+def holes_are_damage(file_names: Collection[str], compact: bool) -> bool:
+    """Whether a hole of offsets between two segments of a partition directory holding
+    ``file_names`` can only be a missing segment file.
+
+    Under ``cleanup.policy=delete`` a partition's segments are contiguous: a roll
+    starts the new segment at the log end offset (a batch appended past it, as
+    replication copies a compacted log, lands inside the new segment), retention
+    deletes whole segments from the front, DeleteRecords moves the log start (the
+    segments below it then go from the front), truncation and recovery remove a
+    suffix. Only compaction leaves holes at a segment's end (Kafka's cleaner drops the
+    batches whose keys come again later), so holes are legal when the policy includes
+    ``compact``, and in a broker's directory (``BROKER_PARTITION_FILES``), whose topic
+    may be compacted without seglogfs knowing.
+    """
+    return not compact and not any(name in file_names for name in BROKER_PARTITION_FILES)
 
 
 @dataclass
@@ -96,25 +140,23 @@ def load_log(
         _remove_orphan_indexes(directory, extension)
     elif not directory.is_dir():
         raise StorageError(f"log directory {directory} does not exist")
-    now = clock.milliseconds()
-    segments = LogSegments()
+    names = set(os.listdir(directory))
     scratch: list[Path] = []
-    # Segments whose extension index file did not exist: their start is unknown (an
-    # index created empty now would read as "starts at 0").
-    extension_missing: set[int] = set()
-    opened: list[LogSegment] = []
-    for base_offset in _segment_base_offsets(directory):
-        if extension is not None and not (
-            extension_index_file(directory, base_offset, extension.suffix).exists()
-        ):
-            extension_missing.add(base_offset)
-        opened.append(
-            _open_segment(directory, base_offset, config, now, writable, scratch, extension)
-        )
-    segments.add_all(opened)
-
+    load = _Pass(
+        directory,
+        config,
+        names,
+        clock.milliseconds(),
+        writable,
+        scratch,
+        extension,
+        recovery_point=None if had_clean_shutdown else recovery_point,
+    )
+    segments = load.run()
     if not had_clean_shutdown:
-        _recover_from(segments, recovery_point, writable)
+        _recover_from(segments, recovery_point, writable, load)
+    load.settle_remaining_extensions(segments)
+    _mark_holes(segments, load.ends, holes_are_damage(names, config.compact))
 
     last = segments.last_segment
     if writable and last is not None and last.read_next_offset() < log_start_offset:
@@ -128,17 +170,15 @@ def load_log(
         for segment in segments.remove_all(segments.base_offsets()):
             segment.delete_if_exists()
 
+    now = clock.milliseconds()
     if len(segments) == 0:
         start = max(log_start_offset, 0)
         if writable:
             segments.add(LogSegment.open(directory, start, config, now, extension_spec=extension))
         else:
             segments.add(_empty_scratch_segment(start, config, now, scratch, extension))
-    if extension is not None:
-        checkpoint = _extension_start_checkpoint(directory / extension.start_checkpoint_name)
-        _load_extensions(
-            segments.values(), config, writable, scratch, extension_missing, checkpoint
-        )
+        if extension is not None:
+            _load_extensions(segments.values(), config, writable, scratch, None, set())
     active = segments.last_segment
     assert active is not None
     if writable:
@@ -159,6 +199,325 @@ def load_log(
     return LoadedLog(segments, log_start_offset, recovery_point, next_offset, scratch)
 
 
+class _Pass:
+    """Step 2 of the module doc: open every segment once, oldest first.
+
+    For each segment: open it; unless recovery will re-validate it, rebuild missing
+    indexes (without a cut) and, for the active segment after a clean shutdown, check
+    its indexes and recover it when its batches stop framing before its end; measure
+    its end offset (``ends``); settle its extension units against the previous
+    segment's end. The oldest segment's extension start may need later segments
+    (``_oldest_extension_start``): then every extension is settled after the pass.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        names: set[str],
+        now: int,
+        writable: bool,
+        scratch: list[Path],
+        extension: ExtensionIndexSpec | None,
+        *,
+        recovery_point: int | None,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self.names = names
+        self.now = now
+        self.writable = writable
+        self.scratch = scratch
+        self.extension = extension
+        self.recovery_point = recovery_point
+        """None after a clean shutdown: no segment is recovered."""
+        self.ends: dict[int, int] = {}
+        """The offset after the last batch of each segment whose batches frame to its
+        end (by base offset); a segment whose framing breaks has none."""
+        self.extension_missing: set[int] = set()
+        """Segments whose extension index file did not exist (its start is unknown: an
+        index created empty now would read as "starts at 0")."""
+        self.extension_checkpoint: tuple[int, int] | None = None
+        self.settled: set[int] = set()
+        """Segments whose extension units are settled."""
+        self.hidden_tail: HiddenTail | None = None
+        """A reader's: the active segment's tail it hides (see ``_check``)."""
+
+    def run(self) -> LogSegments:
+        bases = _segment_base_offsets(self.names)
+        extension = self.extension
+        if extension is not None:
+            self.extension_missing = {
+                base
+                for base in bases
+                if filename_prefix_from_offset(base) + extension.suffix not in self.names
+            }
+            self.extension_checkpoint = _extension_start_checkpoint(
+                self.directory / extension.start_checkpoint_name
+            )
+        in_pass = extension is not None and (
+            not bases
+            or bases[0] not in self.extension_missing
+            or (self.extension_checkpoint is not None and self.extension_checkpoint[0] == bases[0])
+        )
+        opened: list[LogSegment] = []
+        previous: LogSegment | None = None
+        for i, base in enumerate(bases):
+            following = bases[i + 1] if i + 1 < len(bases) else None
+            segment = LogSegment.open(
+                self.directory,
+                base,
+                self.config,
+                self.now,
+                writable=self.writable,
+                extension_spec=extension,
+            )
+            opened.append(segment)
+            if self._recovered(following):
+                in_pass = False  # settled after recovery, from here on
+                continue
+            self._check(segment, following)
+            if in_pass:
+                self._settle_extension(segment, previous)
+            previous = segment
+        segments = LogSegments()
+        segments.add_all(opened)
+        segments.hidden_tail = self.hidden_tail
+        return segments
+
+    def _recovered(self, following: int | None) -> bool:
+        # Kafka's recoverLog: the segments from the one holding the recovery point on.
+        point = self.recovery_point
+        return point is not None and (following is None or following > point)
+
+    def _check(self, segment: LogSegment, following: int | None) -> None:
+        active = following is None
+        prefix = filename_prefix_from_offset(segment.base_offset)
+        missing = [
+            name
+            for name in (prefix + INDEX_FILE_SUFFIX, prefix + TIME_INDEX_FILE_SUFFIX)
+            if name not in self.names
+        ]
+        problem = f"missing {' and '.join(missing)}" if missing and segment.size > 0 else None
+        if problem is None and active:
+            try:
+                segment.sanity_check()
+                if not segment.indexes_plausible():
+                    raise CorruptIndexError(segment.offset_index.path, "disagrees with the log")
+            except CorruptIndexError as exc:
+                problem = str(exc)
+        if problem is not None:
+            self._rebuild_indexes(segment, problem)
+        if following is not None and _ends_before(segment, following):
+            # Contiguous with the next segment (as the engine always leaves it): no
+            # scan needed to know where it ends.
+            self.ends[segment.base_offset] = following
+            return
+        end, framed_to = _framed_end(segment)
+        if framed_to < segment.size and active:
+            # A clean shutdown does not make the active segment's tail trustworthy:
+            # past bytes that do not frame, appends would hand out offsets again.
+            if not self.writable:
+                _use_scratch_indexes(segment, self.config, self.scratch)
+            found = segment.recover_tail(rebuild_indexes=True)
+            _log_cut(segment, found, self.writable, hidden=0)
+            if not self.writable:
+                self.hidden_tail = HiddenTail(segment.base_offset, found.valid_bytes, frozenset())
+            end, framed_to = found.next_offset, found.valid_bytes
+        if framed_to == segment.size:
+            self.ends[segment.base_offset] = end
+
+    def _rebuild_indexes(self, segment: LogSegment, problem: str) -> None:
+        if not self.writable:
+            _use_scratch_indexes(segment, self.config, self.scratch)
+        found = segment.rebuild_indexes()
+        damage = found.damage
+        if damage is None:
+            logger.warning("%s: %s; indexes rebuilt", segment.path, problem)
+            return
+        logger.warning(
+            "%s: %s; indexes rebuilt without cutting the log: %s at byte %d (offset %d); "
+            "the %d bytes from there (offsets up to %d as far as batch headers frame) stay "
+            "as they are: reads that reach them raise CorruptRecordError (seglogfs "
+            "delete-records moves the log start past them)",
+            segment.path,
+            problem,
+            damage.reason,
+            damage.position,
+            damage.offset,
+            found.size - damage.position,
+            found.last_framed_offset,
+        )
+
+    def _settle_extension(self, segment: LogSegment, previous: LogSegment | None) -> None:
+        if previous is None:
+            expected = _oldest_extension_start(
+                [segment], self.extension_missing, self.extension_checkpoint
+            )
+        else:
+            expected = previous.extension_end
+            previous_end = self.ends.get(previous.base_offset)
+            if previous_end is not None and previous_end < segment.base_offset:
+                expected = self._start_after_hole(segment, expected)
+        _settle_extension(segment, expected, self.config, self.writable, self.scratch)
+        self.settled.add(segment.base_offset)
+
+    def _start_after_hole(self, segment: LogSegment, previous_end: int) -> int | None:
+        # Offsets are missing before this segment (``_mark_holes`` decides whether that
+        # is damage): its own entry 0 keeps its positions where they were when it was
+        # created, so the records after the hole keep theirs. Without a usable one,
+        # the positions go on from the previous segment's end.
+        extension = segment.extension
+        if segment.base_offset in self.extension_missing or extension is None:
+            return previous_end
+        return None if extension.first_units >= previous_end else previous_end
+
+    def settle_remaining_extensions(self, segments: LogSegments) -> None:
+        """Settle the extension units of the segments the pass left (recovered ones, or
+        all of them when the oldest start needed later segments)."""
+        if self.extension is None:
+            return
+        values = segments.values()
+        todo = [k for k, segment in enumerate(values) if segment.base_offset not in self.settled]
+        if not todo:
+            return
+        first = todo[0]
+        if first == 0:
+            expected = _oldest_extension_start(
+                values, self.extension_missing, self.extension_checkpoint
+            )
+        else:
+            expected = values[first - 1].extension_end
+        _load_extensions(
+            values[first:], self.config, self.writable, self.scratch, expected, self.settled
+        )
+
+
+def _ends_before(segment: LogSegment, following: int) -> bool:
+    """Whether an index entry names offset ``following - 1``: the segment's last batch
+    ends right before the next segment (no hole). The final time-index entry usually
+    names the last batch (the max timestamp is the newest). An entry is not proof of
+    the batch (indexes are hints), but only a hole that garbage happens to name could
+    be missed. Cost: the last entry of each index, in memory."""
+    last = following - 1
+    time_index, offset_index = segment.time_index, segment.offset_index
+    return (time_index.entries > 0 and time_index.last_entry[1] == last) or (
+        offset_index.entries > 0 and offset_index.last_offset == last
+    )
+
+
+def _framed_end(segment: LogSegment) -> tuple[int, int]:
+    """(offset after the last batch, byte where framing stops) of a segment, scanning
+    batch headers (no CRC) from its last offset-index entry, checked against the batch
+    it names (a wrong one is ignored and the segment scanned whole): ``read_next_offset``
+    that a damaged index cannot misdirect, and that says whether the batches frame to
+    the end. Cost: a scan of the batches after the last index entry."""
+    entry_offset, _position = segment.offset_index.lookup(2**63 - 1)
+    end, framed_to = segment.base_offset, 0
+    try:
+        for batch in segment.batches_from(entry_offset):
+            end, framed_to = batch.next_offset, batch.position + batch.size
+    except CorruptRecordError:
+        pass  # an impossible header: framing stops at the batch before it
+    return end, framed_to
+
+
+def _settle_extension(
+    segment: LogSegment,
+    expected: int | None,
+    config: LogConfig,
+    writable: bool,
+    scratch: list[Path],
+) -> None:
+    # A segment's extension index must start where ``expected`` says (None: trust its
+    # own entry 0); one that is missing, corrupt or out of step is rebuilt from its log
+    # (in scratch space for a reader).
+    extension = segment.extension
+    if extension is None:
+        return
+    if segment.load_extension(expected):
+        segment.write_extension_entry0()
+        return
+    logger.warning("%s: rebuilding extension index %s", segment.path.parent.name, extension.path)
+    if not writable:
+        _use_scratch_extension(segment, config, scratch)
+    start = expected if expected is not None else max(extension.first_units, 0)
+    segment.rebuild_extension(start)
+
+
+def _log_cut(segment: LogSegment, found: Revalidation, writable: bool, hidden: int) -> None:
+    # What recovery cut (or, for a reader, hides): bytes, where, and the offsets.
+    cut = found.size - found.valid_bytes
+    if cut <= 0:
+        return
+    damage = found.damage
+    reason = damage.reason if damage is not None else "invalid tail"
+    beyond = (
+        f"offsets {found.next_offset}..{found.last_framed_offset} as far as batch headers frame"
+        if found.last_framed_offset >= found.next_offset
+        else f"no whole batch (offsets from {found.next_offset} on)"
+    )
+    later = f"; the {hidden} later segment(s) go with it" if hidden else ""
+    if writable:
+        logger.warning(
+            "%s: recovery cut %d bytes at byte %d (%s): %s; the log ends at offset %d%s",
+            segment.path,
+            cut,
+            found.valid_bytes,
+            reason,
+            beyond,
+            found.next_offset,
+            later,
+        )
+    elif hidden or (damage is not None and damage.position < found.framed_to):
+        # A reader changes no file: it reads up to the last valid batch, as the writer's
+        # recovery will cut there.
+        logger.warning(
+            "%s: reading up to byte %d, the last valid batch (%s at byte %d: %s)%s",
+            segment.path,
+            found.valid_bytes,
+            reason,
+            found.valid_bytes,
+            beyond,
+            later,
+        )
+    else:
+        # Only a batch cut off at the end: usually a live writer's append caught
+        # half-written (the next refresh sees it whole).
+        logger.debug(
+            "%s: reading up to its last valid batch (%d bytes after it)", segment.path, cut
+        )
+
+
+def _mark_holes(segments: LogSegments, ends: dict[int, int], damage: bool) -> None:
+    """Tell each segment followed by a hole of offsets no segment file holds
+    (``LogSegment.missing_after``), when ``damage`` (``holes_are_damage``): reads that
+    reach the hole raise ``CorruptRecordError`` naming it, as for a damaged batch."""
+    values = segments.values()
+    for segment, following in itertools.pairwise(values):
+        end = ends.get(segment.base_offset)
+        if end is None or end >= following.base_offset:
+            continue
+        missing = f"offsets {end}..{following.base_offset - 1}"
+        if not damage:
+            logger.info(
+                "%s: %s are in no segment file (compaction's gap, or a missing segment)",
+                segment.path.parent.name,
+                missing,
+            )
+            continue
+        segment.missing_after = following.base_offset
+        logger.warning(
+            "%s: %s are in no segment file: a segment between %s and %s is missing; reads "
+            "that reach them raise CorruptRecordError (seglogfs delete-records moves the "
+            "log start past them)",
+            segment.path.parent.name,
+            missing,
+            segment.path.name,
+            following.path.name,
+        )
+
+
 def _extension_start_checkpoint(path: Path) -> tuple[int, int] | None:
     # A hint like the indexes: a corrupt one is ignored (the log still opens), and the
     # next retention or close replaces it.
@@ -174,28 +533,16 @@ def _load_extensions(
     config: LogConfig,
     writable: bool,
     scratch: list[Path],
-    missing: set[int],
-    checkpoint: tuple[int, int] | None,
+    expected: int | None,
+    settled: set[int],
 ) -> None:
-    # Each segment's extension index must start where the previous one ends; one that
-    # is missing, corrupt or out of step is rebuilt from its log (in scratch space for
-    # a reader), starting at the previous segment's end. The oldest segment has no
-    # previous one: see ``_oldest_extension_start``.
-    expected = _oldest_extension_start(segments, missing, checkpoint)
+    # Each segment's extension index must start where the previous one ends
+    # (``expected`` for the first: None to trust its own entry 0).
     for segment in segments:
-        extension = segment.extension
-        if extension is None:
+        if segment.extension is None:
             return
-        if not segment.load_extension(expected):
-            logger.warning(
-                "%s: rebuilding extension index %s", segment.path.parent.name, extension.path
-            )
-            if not writable:
-                _use_scratch_extension(segment, config, scratch)
-            start = expected if expected is not None else max(extension.first_units, 0)
-            segment.rebuild_extension(start)
-        else:
-            segment.write_extension_entry0()
+        _settle_extension(segment, expected, config, writable, scratch)
+        settled.add(segment.base_offset)
         expected = segment.extension_end
 
 
@@ -248,9 +595,9 @@ def _oldest_extension_start(
     return None
 
 
-def _segment_base_offsets(directory: Path) -> list[int]:
+def _segment_base_offsets(names: Collection[str]) -> list[int]:
     offsets = []
-    for name in os.listdir(directory):
+    for name in names:
         if name.endswith(LOG_FILE_SUFFIX):
             offset = offset_from_file_name(name)
             if offset is not None:
@@ -285,7 +632,7 @@ def _complete_swaps(directory: Path) -> None:
             records.close()
         # The order is important: the replaced segments go first, then the swap file
         # takes its final name. A crash in between leaves the .swap, and this runs again.
-        for replaced in _segment_base_offsets(directory):
+        for replaced in _segment_base_offsets(os.listdir(directory)):
             if base_offset <= replaced < next_offset:
                 for path in (
                     log_file(directory, replaced),
@@ -299,7 +646,7 @@ def _complete_swaps(directory: Path) -> None:
 
 
 def _remove_orphan_indexes(directory: Path, extension: ExtensionIndexSpec | None) -> None:
-    logs = set(_segment_base_offsets(directory))
+    logs = set(_segment_base_offsets(os.listdir(directory)))
     suffixes: tuple[str, ...] = (INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)
     if extension is not None:
         suffixes += (extension.suffix,)
@@ -311,72 +658,52 @@ def _remove_orphan_indexes(directory: Path, extension: ExtensionIndexSpec | None
                     os.unlink(directory / name)
 
 
-def _open_segment(
+def _open_appeared_segment(
     directory: Path,
     base_offset: int,
     config: LogConfig,
     now: int,
-    writable: bool,
     scratch: list[Path],
     extension: ExtensionIndexSpec | None,
 ) -> LogSegment:
-    index_missing = not (
-        offset_index_file(directory, base_offset).exists()
-        and time_index_file(directory, base_offset).exists()
-    )
+    # A segment a reader's refresh finds: the writer's, trusted as the loader trusts a
+    # sealed segment; indexes the writer has not made (yet) are rebuilt in scratch
+    # space, without a cut.
+    indexes = (offset_index_file(directory, base_offset), time_index_file(directory, base_offset))
+    missing = not all(path.exists() for path in indexes)
     segment = LogSegment.open(
-        directory, base_offset, config, now, writable=writable, extension_spec=extension
+        directory, base_offset, config, now, writable=False, extension_spec=extension
     )
-    rebuild = index_missing and segment.size > 0
-    if not rebuild:
-        try:
-            segment.sanity_check()
-            if not segment.indexes_plausible():
-                raise CorruptIndexError(segment.offset_index.path, "disagrees with the log")
-        except CorruptIndexError as exc:
-            logger.warning("%s: %s; rebuilding", directory.name, exc)
-            rebuild = True
-    if rebuild:
-        if not writable:
-            _use_scratch_indexes(segment, config, scratch)
-        segment.recover()
+    if missing and segment.size > 0:
+        _use_scratch_indexes(segment, config, scratch)
+        segment.rebuild_indexes()
     return segment
 
 
-def _recover_from(segments: LogSegments, recovery_point: int, writable: bool) -> None:
+def _recover_from(segments: LogSegments, recovery_point: int, writable: bool, load: _Pass) -> None:
+    # Kafka's recoverLog: re-validate from the segment holding the recovery point; the
+    # first cut ends the log there.
     for segment in segments.values():
         following = segments.higher_segment(segment.base_offset)
         if following is not None and following.base_offset <= recovery_point:
             continue  # flushed before the crash: trusted, as Kafka trusts it
-        # A reader keeps the on-disk indexes (they passed the checks on open, and a
-        # writer never indexes a batch it has not written): it only needs to know
-        # where the valid data ends.
-        truncated = segment.recover(rebuild_indexes=writable)
-        if truncated > 0:
-            if writable:
-                logger.warning(
-                    "%s: truncated %d invalid bytes at the end of segment %d",
-                    segment.path.parent.name,
-                    truncated,
-                    segment.base_offset,
-                )
-            else:
-                # A reader changes no file: it only reads up to the last valid batch.
-                # Past it is usually a live writer's append caught half-written (the
-                # reader's next refresh sees it whole), else a crashed writer's tail
-                # that the writer's next recovery cuts: nothing to warn about here.
-                logger.debug(
-                    "%s: reading segment %d up to its last valid batch (%d bytes after it)",
-                    segment.path.parent.name,
-                    segment.base_offset,
-                    truncated,
-                )
+        # A reader keeps the on-disk indexes (a writer never indexes a batch it has not
+        # written): it only needs to know where the valid data ends.
+        found = segment.recover_tail(rebuild_indexes=writable)
+        load.ends[segment.base_offset] = found.next_offset
+        if found.valid_bytes < found.size:
             later = [s.base_offset for s in segments.values(segment.base_offset + 1)]
-            for removed in segments.remove_all(o for o in later if o > segment.base_offset):
+            later = [offset for offset in later if offset > segment.base_offset]
+            _log_cut(segment, found, writable, hidden=len(later))
+            for removed in segments.remove_all(later):
                 if writable:
                     removed.delete_if_exists()
                 else:
                     removed.close_handlers()
+            if not writable:
+                segments.hidden_tail = HiddenTail(
+                    segment.base_offset, found.valid_bytes, frozenset(later)
+                )
             return
 
 
@@ -444,14 +771,23 @@ def refresh_segments(
 
     Segments that appeared are opened, those renamed away by retention are closed, the
     newest segments' indexes and sizes are re-read (indexes first, so no entry ever
-    points past the size this reader trusts). Returns the log end offset, or None when
-    the directory is gone (the topic was deleted: the reader keeps what it had).
+    points past the size this reader trusts). A tail the reader's recovery hid
+    (``LogSegments.hidden_tail``) stays hidden, its later segments unopened, until a
+    writer's recovery has changed the bytes there: the view does not change from
+    quiet to damaged while the files stay as they were. Returns the log end offset,
+    or None when the directory is gone (the topic was deleted: the reader keeps what
+    it had).
     """
     now = clock.milliseconds()
     try:
-        on_disk = set(_segment_base_offsets(directory))
+        on_disk = set(_segment_base_offsets(os.listdir(directory)))
     except FileNotFoundError:
         return None
+    hidden = segments.hidden_tail
+    if hidden is not None and not _still_hidden(directory, hidden):
+        segments.hidden_tail = hidden = None
+    if hidden is not None:
+        on_disk = {offset for offset in on_disk if offset <= hidden.base_offset}
     if on_disk:
         # Drop segments retention renamed away, and the stand-in empty segment a
         # reader uses before the writer's first segment exists.
@@ -465,7 +801,7 @@ def refresh_segments(
     for base_offset in sorted(on_disk - known):
         try:
             appeared.append(
-                _open_segment(directory, base_offset, config, now, False, scratch, extension)
+                _open_appeared_segment(directory, base_offset, config, now, scratch, extension)
             )
         except FileNotFoundError:
             continue  # deleted between listdir and open
@@ -476,7 +812,8 @@ def refresh_segments(
         for index in segment.indexes():
             if not index.writable:
                 index.refresh()
-        segment.log.refresh_size()
+        if hidden is None or segment.base_offset != hidden.base_offset:
+            segment.log.refresh_size()
         segment.forget_max_timestamp()
     if extension is not None:
         before = segments.lower_segment(refreshed[0].base_offset) if refreshed else None
@@ -492,3 +829,35 @@ def refresh_segments(
     active = segments.last_segment
     assert active is not None
     return active.read_next_offset()
+
+
+def _still_hidden(directory: Path, hidden: HiddenTail) -> bool:
+    """Whether the bytes a reader's recovery hid are still as the writer's recovery
+    would cut them: the file is there, longer than the valid prefix, and what follows
+    it is still no whole valid batch (a writer that recovered cut it, then may have
+    appended a valid batch there). Cost: one open and one or two ``pread`` calls."""
+    try:
+        fd = os.open(log_file(directory, hidden.base_offset), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        start = hidden.valid_bytes
+        if size <= start:
+            return False
+        header = os.pread(fd, HEADER_SIZE_UP_TO_MAGIC, start)
+        if len(header) < HEADER_SIZE_UP_TO_MAGIC:
+            return True
+        try:
+            batch_size, _magic = batch_size_at(header, 0)
+        except CorruptRecordError:
+            return True
+        if start + batch_size > size:
+            return True
+        data = os.pread(fd, batch_size, start)
+        try:
+            return len(data) < batch_size or not read_batch(data).is_valid()
+        except CorruptRecordError:
+            return True
+    finally:
+        os.close(fd)

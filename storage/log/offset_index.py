@@ -121,8 +121,8 @@ class OffsetIndex(AbstractIndex):
                 f"no larger than the last offset appended ({self._last_offset})"
             )
         relative = self._require_relative_offset(offset)
+        self._ensure_allocated(n * 8 + 8)
         buf = self._writable_map()
-        self._ensure_allocated(buf, n * 8 + 8)
         # Relative offset first: a torn entry then reads as (offset, 0), still a safe
         # lower bound; the reverse would read as (base_offset, position) and skip data.
         _INT32.pack_into(buf, n * 8, relative)

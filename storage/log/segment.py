@@ -241,6 +241,35 @@ class AppendedBatch(NamedTuple):
     units: int = 0
 
 
+class Damage(NamedTuple):
+    """The first damage a re-validating scan met: the byte where the damaged batch (or
+    the bytes that no longer frame as batches) starts, the first offset not served
+    there, and why."""
+
+    position: int
+    offset: int
+    reason: str
+
+
+class Revalidation(NamedTuple):
+    """What a re-validating scan of a whole segment found (``LogSegment.recover``,
+    ``LogSegment.rebuild_indexes``).
+
+    ``valid_bytes`` and ``next_offset`` end the valid prefix (the last valid batch
+    before the first damage); ``size`` is the file's size when scanned; ``damage`` is
+    None when every byte is a valid batch. Past the damage, batch headers that still
+    frame reach byte ``framed_to`` and offset ``last_framed_offset``: what a cut there
+    loses, or what stays behind the damage when nothing is cut.
+    """
+
+    valid_bytes: int
+    next_offset: int
+    size: int
+    damage: Damage | None
+    last_framed_offset: int
+    framed_to: int
+
+
 _I = TypeVar("_I", bound="AbstractIndex | None")
 
 
@@ -332,6 +361,10 @@ class LogSegment:
         self.extension_start = 0
         self.extension_end = 0
         self._units_since_last_extension_entry = 0
+        self.missing_after: int | None = None
+        """Set when offsets from this segment's end up to this one (the next segment's
+        base offset) are in no segment file: a read of this sealed segment that runs
+        out of it raises ``CorruptRecordError`` naming them (see ``log_loader``)."""
 
     # The indexes tell their segment when they open their file again (``HandleOwner``):
     # setting one (the loader swaps in scratch indexes for a reader) makes it so.
@@ -845,7 +878,7 @@ class LogSegment:
         indexed_offset, position = self._offset_lookup(offset)
         indexed = self._indexed_position(tail)
         if starting_position < position < self.size:
-            return self.log.batches_from_entry(
+            scan = self.log.batches_from_entry(
                 offset,
                 position,
                 indexed_offset,
@@ -853,9 +886,11 @@ class LogSegment:
                 tail=tail,
                 indexed_position=indexed,
             )
-        return _from_offset(
-            offset, self.log.batches(starting_position, tail=tail, indexed_position=indexed)
-        )
+        else:
+            scan = _from_offset(
+                offset, self.log.batches(starting_position, tail=tail, indexed_position=indexed)
+            )
+        return self._then_hole(scan, offset, tail)
 
     def _indexed_position(self, tail: Tail) -> int:
         # A reader's evidence that the writer is past a position (``Tail.ACTIVE``): the
@@ -920,9 +955,37 @@ class LogSegment:
     ) -> Iterator[RecordBatch]:
         """The batches from file position ``start_position`` on (``tail``: see ``Tail``)."""
         self._touch()
-        return self.log.batches(
+        scan = self.log.batches(
             start_position, tail=tail, indexed_position=self._indexed_position(tail)
         )
+        return self._then_hole(scan, -1, tail)
+
+    def _then_hole(
+        self, scan: Iterator[RecordBatch], offset: int, tail: Tail
+    ) -> Iterator[RecordBatch]:
+        # The scan, then, when a hole of missing offsets follows this sealed segment
+        # (``missing_after``), the error a read meets there: the read that runs out of
+        # this segment below the next one's base offset would otherwise skip the hole.
+        missing_after = self.missing_after
+        if missing_after is None or tail is not Tail.SEALED:
+            return scan
+        return self._scan_then_hole(scan, offset, missing_after)
+
+    def _scan_then_hole(
+        self, scan: Iterator[RecordBatch], offset: int, missing_after: int
+    ) -> Iterator[RecordBatch]:
+        end = offset
+        for batch in scan:
+            end = max(end, batch.next_offset)
+            yield batch
+        if 0 <= end < missing_after:
+            raise CorruptRecordError(
+                f"offsets {end}..{missing_after - 1} are in no segment file (the segment "
+                "after this one is missing)",
+                self.path,
+                self.size,
+                offset=end,
+            )
 
     def read_next_offset(self) -> int:
         """The offset after the last complete batch (``base_offset`` when empty).
@@ -1020,25 +1083,78 @@ class LogSegment:
             return False
         return True
 
-    @_pinning
     def recover(self, *, rebuild_indexes: bool = True, extension_start: int | None = None) -> int:
-        """Re-validate every batch and cut the log after the last valid one.
+        """Re-validate every batch and cut the log after the last valid one; return
+        the number of bytes cut (Kafka's ``LogSegment.recover``). See ``recover_tail``."""
+        found = self.recover_tail(rebuild_indexes=rebuild_indexes, extension_start=extension_start)
+        return found.size - found.valid_bytes
 
-        Returns the number of bytes cut. A batch is invalid when its header is
-        impossible (size, magic), its CRC does not match, its offsets go backwards or
-        leave the segment's 32-bit relative range, or (legacy formats) it does not
-        decode. A partial batch at the end is cut as well. With ``rebuild_indexes``
-        the indexes are rebuilt from the log on the way and, as Kafka does, the time
-        index ends with the segment's (max timestamp, offset) entry; without it (a
-        reader that found plausible indexes) they are kept, since an entry never points
-        past a valid batch. A read-only segment's "cut" only hides the tail from its
-        readers. The extension index is rebuilt from ``extension_start`` (default: its
-        own entry 0, else 0).
+    @_pinning
+    def recover_tail(
+        self, *, rebuild_indexes: bool = True, extension_start: int | None = None
+    ) -> Revalidation:
+        """Re-validate every batch and cut the log after the last valid one; return
+        what the scan found (the cut: from ``valid_bytes`` to ``size``).
+
+        A batch is invalid when its header is impossible (size, magic), its CRC does
+        not match, its offsets go backwards or leave the segment's 32-bit relative
+        range, or (legacy formats) it does not decode. A partial batch at the end is cut
+        as well. With ``rebuild_indexes`` the indexes are rebuilt from the log on the
+        way and, as Kafka does, the time index ends with the segment's (max timestamp,
+        offset) entry; without it (a reader that found plausible indexes) they are
+        kept, since an entry never points past a valid batch. A read-only segment's
+        "cut" only hides the tail from its readers. The extension index is rebuilt from
+        ``extension_start`` (default: its own entry 0, else 0).
+
+        Only recovery of the unflushed tail cuts (the loader, for segments at or after
+        the recovery point and a damaged active segment): anywhere else a cut would
+        lose the valid batches after the damage for good (see ``rebuild_indexes``).
+
+        Cost: one read of the segment, a CRC per batch up to the damage.
         """
         start_units = extension_start
         if start_units is None:
             first = self.extension.first_units if self.extension is not None else -1
             start_units = max(first, 0)
+        found = self._revalidate(rebuild_indexes=rebuild_indexes, past_damage=False)
+        self.log.truncate_to(found.valid_bytes)
+        if rebuild_indexes:
+            self._seal_rebuilt_indexes()
+        if self.extension is not None and self.extension.writable:
+            self.rebuild_extension(start_units)
+        elif self.extension is not None:
+            self.load_extension(extension_start)
+        return found
+
+    @_pinning
+    def rebuild_indexes(self) -> Revalidation:
+        """Rebuild the offset and time indexes from the log without cutting it.
+
+        What the loader does for a segment whose data is final (sealed, or below the
+        recovery point) but whose indexes are missing: every valid batch is indexed;
+        a damaged one stays where it is, unindexed, and reads that reach it raise
+        ``CorruptRecordError`` as before (a cut would lose the valid batches after it
+        for good, and offsets a reader may already have seen). The scan goes on after
+        a batch that fails its CRC (or whose offsets go back) and stops where the bytes
+        no longer frame as batches. The extension index is left to the caller.
+
+        Cost: one read of the segment, a CRC per batch.
+        """
+        found = self._revalidate(rebuild_indexes=True, past_damage=True)
+        self._seal_rebuilt_indexes()
+        return found
+
+    def _seal_rebuilt_indexes(self) -> None:
+        self.offset_index.trim_to_valid_size()
+        self._append_final_time_entry()
+        self.time_index.trim_to_valid_size()
+
+    def _revalidate(self, *, rebuild_indexes: bool, past_damage: bool) -> Revalidation:
+        # Re-validate from byte 0 (``recover``, ``rebuild_indexes``). Valid batches
+        # settle the facts loaded lazily otherwise (max timestamp, first timestamp) and,
+        # with ``rebuild_indexes``, get their index entries. The first damage ends the
+        # valid prefix; after it the scan only frames headers, to say which offsets lie
+        # beyond (``past_damage``: and validates and indexes the valid batches there).
         if rebuild_indexes:
             self.offset_index.reset()
             self.time_index.reset()
@@ -1047,28 +1163,25 @@ class LogSegment:
         self._rolling_based_timestamp = None
         self._rolling_based_loaded = True
         valid_bytes = 0
+        next_offset = self.base_offset
+        damage: Damage | None = None
+        last_framed = self.base_offset - 1
+        framed_to = 0
         previous_last_offset = self.base_offset - 1
         try:
             for batch in self.log.batches(0):
-                if not batch.is_valid():
-                    logger.warning(
-                        "%s: invalid batch (CRC mismatch) at byte %d", self.path, batch.position
-                    )
-                    break
+                framed_to = batch.position + batch.size
                 last_offset = batch.last_offset
-                if last_offset <= previous_last_offset or not self.can_convert_to_relative_offset(
-                    last_offset
-                ):
-                    logger.warning(
-                        "%s: batch at byte %d has out-of-order offset %d",
-                        self.path,
-                        batch.position,
-                        last_offset,
-                    )
-                    break
-                if batch.magic < 2:
-                    # Legacy entries are whole messages; decode to prove they parse.
-                    batch.records()
+                last_framed = max(last_framed, last_offset)
+                if damage is not None and not past_damage:
+                    continue
+                problem = self._invalid(batch, previous_last_offset)
+                if problem is not None:
+                    if damage is None:
+                        damage = Damage(
+                            batch.position, max(batch.base_offset, next_offset), problem
+                        )
+                    continue
                 previous_last_offset = last_offset
                 if self._rolling_based_timestamp is None:
                     self._rolling_based_timestamp = batch.max_timestamp
@@ -1078,19 +1191,34 @@ class LogSegment:
                     )
                 if rebuild_indexes:
                     self._maybe_index(last_offset, batch.position, batch.size)
-                valid_bytes = batch.position + batch.size
+                if damage is None:
+                    valid_bytes = framed_to
+                    next_offset = batch.next_offset
         except CorruptRecordError as exc:
-            logger.warning("%s: %s", self.path, exc)
-        truncated = self.log.truncate_to(valid_bytes)
-        if rebuild_indexes:
-            self.offset_index.trim_to_valid_size()
-            self._append_final_time_entry()
-            self.time_index.trim_to_valid_size()
-        if self.extension is not None and self.extension.writable:
-            self.rebuild_extension(start_units)
-        elif self.extension is not None:
-            self.load_extension(extension_start)
-        return truncated
+            if damage is None:
+                damage = Damage(framed_to, next_offset, exc.reason)
+        size = self.size
+        if damage is None and framed_to < size:
+            reason = f"{size - framed_to} bytes do not frame a batch"
+            damage = Damage(framed_to, next_offset, reason)
+        return Revalidation(valid_bytes, next_offset, size, damage, last_framed, framed_to)
+
+    def _invalid(self, batch: RecordBatch, previous_last_offset: int) -> str | None:
+        # Why a framed batch cannot be served (None: it can).
+        if not batch.is_valid():
+            return "CRC mismatch"
+        last_offset = batch.last_offset
+        if last_offset <= previous_last_offset:
+            return f"offsets {batch.base_offset}..{last_offset} go back"
+        if not self.can_convert_to_relative_offset(last_offset):
+            return f"offset {last_offset} does not fit 32 bits relative to the segment"
+        if batch.magic < 2:
+            # Legacy entries are whole messages; decode to prove they parse.
+            try:
+                batch.records()
+            except CorruptRecordError as exc:
+                return exc.reason
+        return None
 
     def _append_final_time_entry(self) -> None:
         # Kafka appends the segment's (max timestamp, offset) on close, roll and

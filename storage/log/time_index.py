@@ -151,8 +151,8 @@ class TimeIndex(AbstractIndex):
         relative = self._require_relative_offset(offset)
         if n >= self._max_entries:
             raise IndexFullError(self._path, n)
+        self._ensure_allocated(n * 12 + 12)
         buf = self._writable_map()
-        self._ensure_allocated(buf, n * 12 + 12)
         # Timestamp first, relative offset last: see the class doc.
         _INT64.pack_into(buf, n * 12, timestamp)
         _INT32.pack_into(buf, n * 12 + 8, relative)
