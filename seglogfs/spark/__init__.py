@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import DataLossError, OptionError, SeglogSparkError, SinkError
+from .errors import DataLossError, OptionError, SchemaError, SeglogSparkError, SinkError
 from .source import SeglogDataSource
 
 __all__ = [
     "DataLossError",
     "OptionError",
+    "SchemaError",
     "SeglogDataSource",
     "SeglogSparkError",
     "SinkError",

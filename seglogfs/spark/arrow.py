@@ -1,10 +1,20 @@
-"""Records of a partition as Arrow record batches with the Kafka source's schema.
+"""Records of a partition as Arrow record batches with the Kafka source's schema, or
+the projection of it a query asked for.
 
 The columns and types are Spark's Kafka source's: ``key`` and ``value`` binary,
 ``topic`` string, ``partition`` int, ``offset`` long, ``timestamp`` timestamp,
 ``timestampType`` int, and with ``includeHeaders`` ``headers`` as
 ``array<struct<key: string, value: binary>>`` (null for a record without headers, as
 Kafka's source gives).
+
+A query that gives a schema (``spark.read.format("seglog").schema("value binary")``)
+reads only those columns, in that order (``Projection``): Spark converts every row of
+every column a Python source yields into its own row format, whether the query uses
+the column or not, and Spark 4.3 tells a Python source nothing of the columns a query
+needs (its ``PythonScanBuilder`` pushes filters only), so the schema is the way to
+say it. ``key`` and ``value`` may be asked for as ``string``: the same Arrow buffers
+under the ``string`` type, no copy, and no UTF-8 check, as Spark's own
+``cast(value as string)`` does none.
 
 Spark (4.3) checks the Arrow schema a Python source yields against the one it derives
 from the Spark schema with the time zone ``UTC``: a timestamp column must be
@@ -31,7 +41,8 @@ one array.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Final
 
@@ -43,6 +54,7 @@ from pyspark.sql.types import (
     BinaryType,
     IntegerType,
     LongType,
+    NullType,
     StringType,
     StructField,
     StructType,
@@ -50,7 +62,10 @@ from pyspark.sql.types import (
 )
 
 from storage import Header, RecordColumns
+from storage import TimestampType as RecordTimestampType  # pyspark's is a Spark type
 from storage.record.record_columns import PackedBinary, PackedColumns
+
+from .errors import SchemaError
 
 SCHEMA_DDL: Final = (
     "key binary, value binary, topic string, partition int, offset bigint, "
@@ -90,9 +105,120 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return to_arrow_schema(spark_schema(include_headers), timezone=_ARROW_TIME_ZONE)
 
 
+_NULLABLE: Final = frozenset({"key", "value", "headers"})
+"""The columns that can hold nulls: a schema may not declare them ``NOT NULL``."""
+_AS_STRING: Final = frozenset({"key", "value"})
+"""The binary columns a schema may ask for as ``string`` (the same Arrow buffers)."""
+_FROM_HEADERS: Final = frozenset({"topic", "partition", "offset", "timestampType"})
+"""The columns a v2 batch's header gives for all its records (``RecordSpan``)."""
+
+
+class RecordSpan:
+    """The records ``offsets`` of one v2 batch, all of timestamp type ``timestamp_type``,
+    known from the batch's header alone: what the reader hands the batcher in place
+    of the records' columns when the projection needs nothing else
+    (``Projection.needs_records`` false). The attributes are ``Final``."""
+
+    __slots__ = ("offsets", "timestamp_type")
+
+    def __init__(self, offsets: range, timestamp_type: RecordTimestampType) -> None:
+        self.offsets: Final = offsets
+        self.timestamp_type: Final = timestamp_type
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The columns a read yields, in order: Kafka column names (``columns``) and the
+    Arrow schema Spark expects of the batches (``schema``, derived from the Spark
+    schema by Spark's own ``to_arrow_schema``; a ``string`` key or value is there as
+    ``string``). Picklable and hashable: readers carry it to their tasks.
+    """
+
+    columns: tuple[str, ...]
+    schema: pa.Schema
+
+    @classmethod
+    def of(cls, schema: StructType, *, include_headers: bool) -> Projection:
+        """The projection a query's Spark schema asks for: any of the Kafka source's
+        columns (``spark_schema(include_headers)``), in any order, each at most once,
+        with its Kafka type, or ``string`` for ``key`` and ``value``. Without a
+        user-specified schema Spark passes the source's own, the whole Kafka schema.
+
+        Raises:
+            SchemaError: a column the Kafka schema does not have (``headers`` without
+                ``includeHeaders``), named twice, of another type, or declared
+                ``NOT NULL`` although it can be null; the message names it.
+        """
+        kafka = {f.name: f.dataType for f in spark_schema(include_headers).fields}
+        seen: set[str] = set()
+        for f in schema.fields:
+            name = f.name
+            expected = kafka.get(name)
+            if expected is None:
+                raise SchemaError(name, _unknown_reason(name, kafka))
+            if name in seen:
+                raise SchemaError(name, "named twice")
+            seen.add(name)
+            allowed = [expected, StringType()] if name in _AS_STRING else [expected]
+            if f.dataType not in allowed:
+                wanted = " or ".join(t.simpleString() for t in allowed)
+                raise SchemaError(
+                    name, f"is {wanted} in the Kafka schema, not {f.dataType.simpleString()}"
+                )
+            if not f.nullable and name in _NULLABLE:
+                raise SchemaError(name, "can be null: drop NOT NULL")
+        arrow = to_arrow_schema(schema, timezone=_ARROW_TIME_ZONE)
+        return cls(tuple(f.name for f in schema.fields), arrow)
+
+    @property
+    def needs_records(self) -> bool:
+        """Whether a column needs the records themselves: ``key``, ``value``,
+        ``timestamp`` or ``headers``. The others (``topic``, ``partition``, ``offset``,
+        ``timestampType``, or no column at all, a count) come from batch headers."""
+        return not _FROM_HEADERS.issuperset(self.columns)
+
+    @classmethod
+    def full(cls, include_headers: bool) -> Projection:
+        """Every column of the Kafka schema: what a query without a schema reads."""
+        return _full_projection(include_headers)
+
+
+def kafka_columns(names: Iterable[str], *, include_headers: bool) -> StructType:
+    """The Spark schema of the Kafka columns ``names``, in that order, each with its
+    Kafka type: what ``.schema(...)`` takes to read just those columns.
+
+    Raises:
+        SchemaError: a name the Kafka schema lacks, or one given twice.
+    """
+    kafka = {f.name: f for f in spark_schema(include_headers).fields}
+    # A name the Kafka schema lacks gets a type of none, for Projection.of to refuse.
+    schema = StructType([kafka.get(name, StructField(name, NullType())) for name in names])
+    Projection.of(schema, include_headers=include_headers)
+    return schema
+
+
+@cache
+def _full_projection(include_headers: bool) -> Projection:
+    return Projection(
+        tuple(spark_schema(include_headers).fieldNames()), arrow_schema(include_headers)
+    )
+
+
+def _unknown_reason(name: str, kafka: Iterable[str]) -> str:
+    if name == "headers":
+        return "is in the Kafka schema only with the option includeHeaders=true"
+    near = [k for k in kafka if k.lower() == name.lower()]
+    if near:
+        return f"is not a column of the Kafka schema (did you mean {near[0]}?)"
+    return "is not a column of the Kafka schema (" + ", ".join(kafka) + ")"
+
+
 class ArrowBatcher:
     """Accumulates the engine's column batches of one topic-partition and emits Arrow
-    record batches of about ``rows`` rows.
+    record batches of about ``rows`` rows, holding the columns of ``projection`` alone.
 
     Packed columns (``PackedColumns``, what the reader asks the engine for when a
     batch has ``SMALL_BATCH_ROWS`` records or more) become Arrow arrays at once, their
@@ -103,19 +229,28 @@ class ArrowBatcher:
     messages, line-by-line producers) are gathered in lists first, as one Arrow call per
     column per batch would cost more than their rows. ``flush`` concatenates the pieces
     (a copy of the bytes, no Python object per row). Offsets are kept as ranges while
-    they are contiguous, so the offset column of a plain log is one ``arange``.
+    they are contiguous, so the offset column of a plain log is one ``arange``. A
+    column the projection leaves out is never gathered: a ``value``-only batch costs
+    the wrapping of the value buffers and their concatenation, nothing per other column.
 
     Not thread-safe: one per reading task.
     """
 
-    def __init__(self, topic: str, partition: int, include_headers: bool, rows: int) -> None:
+    def __init__(self, topic: str, partition: int, projection: Projection, rows: int) -> None:
         self.topic = topic
         self.partition = partition
-        self.include_headers = include_headers
+        self.projection = projection
         self.rows = rows
-        self._schema = arrow_schema(include_headers)
-        self._timestamp_type = self._schema.field("timestamp").type
-        self._headers_type = self._schema.field("headers").type if include_headers else None
+        self._schema = projection.schema
+        wanted = frozenset(projection.columns)
+        self._keys_wanted = "key" in wanted
+        self._values_wanted = "value" in wanted
+        self._offsets_wanted = "offset" in wanted
+        self._timestamps_wanted = "timestamp" in wanted
+        self._types_wanted = "timestampType" in wanted
+        self._headers_wanted = "headers" in wanted
+        self._headers_type = arrow_schema(True).field("headers").type
+        self._needs_records = projection.needs_records
         # Columns constant across the partition, built once and sliced (no copy) for
         # each batch: most batches have the same length.
         self._constants: dict[tuple[str, object], pa.Array] = {}
@@ -132,6 +267,7 @@ class ArrowBatcher:
         self._offsets: list[range | np.ndarray] = []
         self._types: list[list[int]] = []  # runs of [timestamp type, rows]
         # Small engine batches not yet turned into pieces.
+        self._small_rows = 0
         self._small_values: list[bytes | None] = []
         self._small_keys: list[bytes | None] = []
         self._small_timestamps: list[int] = []
@@ -140,38 +276,49 @@ class ArrowBatcher:
     def __len__(self) -> int:
         return self._rows
 
-    def add(self, columns: RecordColumns | PackedColumns) -> pa.RecordBatch | None:
+    def add(self, columns: RecordColumns | PackedColumns | RecordSpan) -> pa.RecordBatch | None:
         """Add one engine batch; return an Arrow batch once ``rows`` rows are pending.
+        A ``RecordSpan`` only where the projection needs no record (else ValueError).
 
-        Cost: O(records) in C calls (Arrow, numpy, list extends), plus O(1) Python
-        work per engine batch.
+        Cost: O(records) in C calls (Arrow, numpy, list extends) for each column the
+        projection holds, plus O(1) Python work per engine batch.
         """
         n = len(columns)
         if n == 0:
             return None
-        self._add_offsets(columns.offsets)
-        timestamp_type = int(columns.timestamp_type)
-        if self._types and self._types[-1][0] == timestamp_type:
-            self._types[-1][1] += n
-        else:
-            self._types.append([timestamp_type, n])
-        if isinstance(columns, PackedColumns):
+        if self._offsets_wanted:
+            self._add_offsets(columns.offsets)
+        if self._types_wanted:
+            timestamp_type = int(columns.timestamp_type)
+            if self._types and self._types[-1][0] == timestamp_type:
+                self._types[-1][1] += n
+            else:
+                self._types.append([timestamp_type, n])
+        if isinstance(columns, RecordSpan):
+            if self._needs_records:
+                raise ValueError("a RecordSpan has no records for this projection's columns")
+        elif isinstance(columns, PackedColumns):
             self._seal_small()
             keys = columns.keys
             self._add_piece(
-                _binary_array(columns.values),
-                n if keys is None else _binary_array(keys),
+                n,
+                _binary_array(columns.values) if self._values_wanted else None,
+                n if keys is None or not self._keys_wanted else _binary_array(keys),
                 columns.timestamps,
                 columns.headers,
             )
         elif n >= SMALL_BATCH_ROWS:
             self._seal_small()
-            self._add_lists(columns.values, columns.keys, columns.timestamps, columns.headers)
+            self._add_lists(n, columns.values, columns.keys, columns.timestamps, columns.headers)
         else:
-            self._small_values += columns.values
-            self._small_keys += columns.keys
-            self._small_timestamps += columns.timestamps
-            if self.include_headers:
+            self._small_rows += n
+            if self._values_wanted:
+                self._small_values += columns.values
+            if self._keys_wanted:
+                self._small_keys += columns.keys
+            if self._timestamps_wanted:
+                self._small_timestamps += columns.timestamps
+            if self._headers_wanted:
                 self._small_headers += columns.headers
         self._rows += n
         if self._rows >= self.rows:
@@ -190,39 +337,44 @@ class ArrowBatcher:
 
     def _add_lists(
         self,
+        n: int,
         values: Sequence[bytes | None],
         keys: Sequence[bytes | None],
         timestamps: Sequence[int],
         headers: Sequence[tuple[Header, ...]],
     ) -> None:
-        n = len(values)
         binary = pa.binary()
         self._add_piece(
-            pa.array(values, binary),
-            n if keys.count(None) == n else pa.array(keys, binary),
+            n,
+            pa.array(values, binary) if self._values_wanted else None,
+            pa.array(keys, binary) if self._keys_wanted and keys.count(None) != n else n,
             timestamps,
             headers,
         )
 
     def _add_piece(
         self,
-        values: pa.Array,
+        n: int,
+        values: pa.Array | None,
         keys: pa.Array | int,
         timestamps: Sequence[int],
         headers: Sequence[tuple[Header, ...]],
     ) -> None:
-        """Add the rows of one piece: ``keys`` an int stands for that many nulls."""
-        n = len(values)
-        self._values.append(values)
-        self._keys.append(keys)
-        # A producer's batch often has one timestamp for all its records: checking
-        # that (a C loop) is cheaper than converting every int.
-        first = timestamps[0]
-        if timestamps.count(first) == n:
-            self._timestamps.append(np.full(n, first, dtype=np.int64))
-        else:
-            self._timestamps.append(np.array(timestamps, dtype=np.int64))
-        if self.include_headers:
+        """Add the ``n`` rows of one piece, of the columns the projection holds:
+        ``values`` None when it holds none, ``keys`` an int for that many nulls."""
+        if values is not None:
+            self._values.append(values)
+        if self._keys_wanted:
+            self._keys.append(keys)
+        if self._timestamps_wanted:
+            # A producer's batch often has one timestamp for all its records: checking
+            # that (a C loop) is cheaper than converting every int.
+            first = timestamps[0]
+            if timestamps.count(first) == n:
+                self._timestamps.append(np.full(n, first, dtype=np.int64))
+            else:
+                self._timestamps.append(np.array(timestamps, dtype=np.int64))
+        if self._headers_wanted:
             self._headers.append(
                 n
                 if headers.count(()) == n
@@ -230,10 +382,13 @@ class ArrowBatcher:
             )
 
     def _seal_small(self) -> None:
-        if self._small_values:
+        n = self._small_rows
+        if n:
             self._add_lists(
-                self._small_values, self._small_keys, self._small_timestamps, self._small_headers
-            )
+                n, self._small_values, self._small_keys, self._small_timestamps,
+                self._small_headers,
+            )  # fmt: skip
+            self._small_rows = 0
             self._small_values = []
             self._small_keys = []
             self._small_timestamps = []
@@ -245,31 +400,41 @@ class ArrowBatcher:
         if n == 0:
             return None
         self._seal_small()
-        binary = pa.binary()
-        timestamps = _concat_numpy(self._timestamps)
-        timestamps *= 1000  # Kafka's milliseconds to Arrow's microseconds
-        offsets = _concat_numpy(
-            [np.arange(o.start, o.stop, dtype=np.int64) if isinstance(o, range) else o
-             for o in self._offsets]
-        )  # fmt: skip
-        if len(self._types) == 1:
-            types = self._constant("timestampType", self._types[0][0], pa.int32(), n)
-        else:
-            runs = np.array(self._types, dtype=np.int32)
-            types = _fixed_width_array(np.repeat(runs[:, 0], runs[:, 1]), pa.int32())
-        arrays = [
-            _concat_nullable(self._keys, binary, n),
-            _concat_arrow(self._values),
-            self._constant("topic", self.topic, pa.string(), n),
-            self._constant("partition", self.partition, pa.int32(), n),
-            _fixed_width_array(offsets, pa.int64()),
-            _fixed_width_array(timestamps, self._timestamp_type),
-            types,
-        ]
-        if self._headers_type is not None:
-            arrays.append(_concat_nullable(self._headers, self._headers_type, n))
+        arrays = [self._column(name, field.type, n) for name, field in
+                  zip(self.projection.columns, self._schema, strict=True)]  # fmt: skip
         self._reset()
+        if not arrays:  # no column (a count): the rows are the batch's length alone
+            return pa.RecordBatch.from_struct_array(
+                pa.StructArray.from_buffers(pa.struct([]), n, [None])
+            )
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+    def _column(self, name: str, type_: pa.DataType, n: int) -> pa.Array:
+        """Column ``name`` of the ``n`` pending rows, as Arrow type ``type_`` (a
+        ``string`` key or value is a view of the binary array)."""
+        if name == "value":
+            return _concat_arrow(self._values).view(type_)
+        if name == "key":
+            return _concat_nullable(self._keys, pa.binary(), n).view(type_)
+        if name == "topic":
+            return self._constant("topic", self.topic, type_, n)
+        if name == "partition":
+            return self._constant("partition", self.partition, type_, n)
+        if name == "offset":
+            offsets = [np.arange(o.start, o.stop, dtype=np.int64) if isinstance(o, range) else o
+                       for o in self._offsets]  # fmt: skip
+            return _fixed_width_array(_concat_numpy(offsets), type_)
+        if name == "timestamp":
+            timestamps = _concat_numpy(self._timestamps)
+            timestamps *= 1000  # Kafka's milliseconds to Arrow's microseconds
+            return _fixed_width_array(timestamps, type_)
+        if name == "timestampType":
+            if len(self._types) == 1:
+                return self._constant("timestampType", self._types[0][0], type_, n)
+            runs = np.array(self._types, dtype=np.int32)
+            return _fixed_width_array(np.repeat(runs[:, 0], runs[:, 1]), type_)
+        assert name == "headers"
+        return _concat_nullable(self._headers, type_, n)
 
     def _constant(self, column: str, value: object, type_: pa.DataType, n: int) -> pa.Array:
         """``n`` copies of ``value``: a slice of an array kept for the column."""
@@ -349,13 +514,14 @@ def _concat_nullable(pieces: list[pa.Array | int], type_: pa.DataType, n: int) -
 def arrow_batches(
     topic: str,
     partition: int,
-    columns: Iterator[RecordColumns | PackedColumns],
+    columns: Iterator[RecordColumns | PackedColumns | RecordSpan],
     *,
-    include_headers: bool,
+    projection: Projection,
     rows: int = ROWS_PER_ARROW_BATCH,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow record batches of the records in ``columns`` (already sliced to range)."""
-    batcher = ArrowBatcher(topic, partition, include_headers, rows)
+    """Arrow record batches of the records in ``columns`` (already sliced to range),
+    holding the columns of ``projection``."""
+    batcher = ArrowBatcher(topic, partition, projection, rows)
     for cols in columns:
         out = batcher.add(cols)
         if out is not None:

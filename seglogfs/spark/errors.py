@@ -6,6 +6,9 @@ names the option, topic-partition or directory at fault and what to do about it.
 
 - ``OptionError``: a reader or writer option Spark's Kafka source would also refuse
   (a bad value, a missing or conflicting option). Raised while the query is planned.
+- ``SchemaError``: a schema given with ``.schema(...)`` that is not a projection of
+  the Kafka schema (a column it lacks, named twice, or of another type). Raised while
+  the query is planned.
 - ``DataLossError``: offsets a query needs are gone (removed by retention, or a log
   shorter than a checkpoint says) and ``failOnDataLoss`` is true, as Kafka reports it.
 - ``CorruptDataError``: a batch a task reads is damaged (the engine's
@@ -31,6 +34,15 @@ class OptionError(SeglogSparkError, ValueError):
         super().__init__(f"seglog option {name} ({shown}): {reason}")
         self.name = name
         self.value = value
+        self.reason = reason
+
+
+class SchemaError(SeglogSparkError, ValueError):
+    """Column ``column`` of a user-specified schema cannot be read: ``reason`` says why."""
+
+    def __init__(self, column: str, reason: str) -> None:
+        super().__init__(f"seglog schema: column {column!r} {reason}")
+        self.column = column
         self.reason = reason
 
 

@@ -58,7 +58,7 @@ from storage import (
 )
 from storage.record.record_columns import PackedColumns
 
-from .arrow import SMALL_BATCH_ROWS, arrow_batches
+from .arrow import SMALL_BATCH_ROWS, Projection, RecordSpan, arrow_batches
 from .errors import CorruptDataError, DataLossError, OptionError
 from .options import (
     PartitionOffsets,
@@ -192,10 +192,13 @@ def shared_manager(log_dir: str) -> LogManager:
 
 
 def engine_columns(
-    manager: LogManager, r: OffsetRange, *, fail_on_data_loss: bool
-) -> Iterator[RecordColumns | PackedColumns]:
+    manager: LogManager, r: OffsetRange, *, fail_on_data_loss: bool, records: bool = True
+) -> Iterator[RecordColumns | PackedColumns | RecordSpan]:
     """The columns of every consumer-visible record of ``r``, one engine batch at a time
-    (see ``_columns`` for which are packed).
+    (see ``_columns`` for which are packed). With ``records`` false (a projection that
+    needs no record: ``Projection.needs_records``), a v2 batch whose offsets have no
+    gap comes as a ``RecordSpan`` read from its header, its records never decoded
+    (its CRC is still checked, as on every read).
 
     Control batches (transaction markers) are skipped, as a Kafka consumer skips them;
     compaction gaps are simply absent. Records removed by retention before or while
@@ -254,7 +257,11 @@ def engine_columns(
                 if batch.is_control:
                     start = batch.next_offset
                     continue
-                columns = _columns(batch, start, end, scratch)
+                columns = (
+                    _columns(batch, start, end, scratch)
+                    if records
+                    else _span(batch, start, end) or _columns(batch, start, end, scratch)
+                )
                 start = batch.next_offset
                 if len(columns):
                     yield columns
@@ -310,16 +317,32 @@ def _columns(
     return columns
 
 
+def _span(batch: RecordBatch, start: int, end: int) -> RecordSpan | None:
+    """The records of ``batch`` with ``start <= offset < end`` from its header alone: a
+    v2 batch holding one record per offset it spans (none compacted away), else None.
+    """
+    if (
+        not isinstance(batch, DefaultRecordBatch)
+        or batch.records_count != batch.last_offset_delta + 1
+    ):
+        return None
+    offsets = range(max(start, batch.base_offset), min(end, batch.next_offset))
+    return RecordSpan(offsets, batch.timestamp_type)
+
+
 def read_offset_range(
-    log_dir: str, r: OffsetRange, *, include_headers: bool, fail_on_data_loss: bool
+    log_dir: str, r: OffsetRange, *, projection: Projection, fail_on_data_loss: bool
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of ``r``, read from the segment files in this process."""
+    """Arrow batches of ``r`` holding the columns of ``projection``, read from the
+    segment files in this process."""
     freeze_worker_heap()
     if r.start >= r.end:
         return iter(())
     manager = shared_manager(log_dir)
-    columns = engine_columns(manager, r, fail_on_data_loss=fail_on_data_loss)
-    return arrow_batches(r.topic, r.partition, columns, include_headers=include_headers)
+    columns = engine_columns(
+        manager, r, fail_on_data_loss=fail_on_data_loss, records=projection.needs_records
+    )
+    return arrow_batches(r.topic, r.partition, columns, projection=projection)
 
 
 def split_ranges(ranges: Sequence[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
@@ -477,12 +500,17 @@ class Pushdown:
 class SeglogBatchReader(UnpickledInTasks, DataSourceReader):
     """The batch reader of the ``seglog`` source (see the module docstring).
 
-    Picklable: Spark ships it to its tasks; it holds options and pushed filters only.
-    Unpickling it in a task avoids Spark's socket stalls (``worker_socket``).
+    Picklable: Spark ships it to its tasks; it holds options, the projection and
+    pushed filters only. Unpickling it in a task avoids Spark's socket stalls
+    (``worker_socket``).
     """
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, projection: Projection | None = None) -> None:
         self.opts = opts
+        # None: the whole Kafka schema, as a query without .schema(...) reads.
+        if projection is None:
+            projection = Projection.full(opts.include_headers)
+        self.projection = projection
         self.pushdown = Pushdown()
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
@@ -564,7 +592,7 @@ class SeglogBatchReader(UnpickledInTasks, DataSourceReader):
         return read_offset_range(
             self.opts.log_dir,
             partition,
-            include_headers=self.opts.include_headers,
+            projection=self.projection,
             fail_on_data_loss=self.opts.fail_on_data_loss,
         )
 

@@ -4,6 +4,12 @@ Spark creates a ``SeglogDataSource`` with the query's options in a planner proce
 and asks it for the schema and a batch or stream reader or writer; those objects are
 then pickled to the tasks. Options are checked here, so a mistake fails the query
 while it is planned, with a message naming the option.
+
+A query that gives its own schema (``.schema("value binary")``) is not asked for the
+source's: Spark hands that schema to ``reader``/``streamReader`` instead of
+``schema()``'s, and it is read as a projection of the Kafka schema (``Projection``),
+checked there, so a column the Kafka schema lacks or a wrong type also fails the
+query while it is planned, naming the column.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .arrow import spark_schema
+from .arrow import Projection, spark_schema
 from .errors import OptionError, SinkError
 from .options import ReadOptions
 from .reader import SeglogBatchReader, freeze_worker_heap
@@ -38,11 +44,15 @@ class SeglogDataSource(DataSource):
         include_headers = str(self.options.get("includeHeaders", "false")).strip().lower()
         return spark_schema(include_headers == "true")
 
+    def _read(self, schema: StructType, *, streaming: bool) -> tuple[ReadOptions, Projection]:
+        opts = ReadOptions.parse(dict(self.options), streaming=streaming)
+        return opts, Projection.of(schema, include_headers=opts.include_headers)
+
     def reader(self, schema: StructType) -> DataSourceReader:
-        return SeglogBatchReader(ReadOptions.parse(dict(self.options), streaming=False))
+        return SeglogBatchReader(*self._read(schema, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return SeglogStreamReader(ReadOptions.parse(dict(self.options), streaming=True))
+        return SeglogStreamReader(*self._read(schema, streaming=True))
 
     def _sink(self, schema: StructType) -> tuple[str, str | None]:
         options = {k.lower(): v for k, v in self.options.items()}

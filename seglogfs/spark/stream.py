@@ -18,7 +18,7 @@ that failed is replayed with the same offsets: Spark's exactly-once contract).
   now shorter than the checkpoint, raise ``DataLossError`` (or are skipped).
 
 Thread-safety: Spark calls one reader from one thread. Tasks get a pickled copy that
-holds only the options.
+holds only the options and the projection.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from pyspark.sql.streaming.datasource import (
 
 from storage import LogManager
 
+from .arrow import Projection
 from .errors import DataLossError
 from .options import (
     PartitionOffsets,
@@ -78,14 +79,18 @@ def rate_limit(limit: int, start: PartitionOffsets, until: PartitionOffsets) -> 
 class SeglogStreamReader(UnpickledInTasks, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """The streaming reader of the ``seglog`` source (see the module docstring)."""
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, projection: Projection | None = None) -> None:
         self.opts = opts
+        # None: the whole Kafka schema, as a query without .schema(...) reads.
+        if projection is None:
+            projection = Projection.full(opts.include_headers)
+        self.projection = projection
         self._view: ReadOnlyLogDir | None = None
         self._manager: LogManager | None = None
         self._target: PartitionOffsets | None = None  # availableNow's end
 
     def __getstate__(self) -> dict[str, Any]:
-        # Tasks get the options only: the manager stays with the planner process.
+        # Tasks get the options and the projection: the manager stays with the planner.
         state = dict(self.__dict__)
         state["_view"] = None
         state["_manager"] = None
@@ -164,7 +169,7 @@ class SeglogStreamReader(UnpickledInTasks, DataSourceStreamReader, SupportsTrigg
         return read_offset_range(
             self.opts.log_dir,
             partition,
-            include_headers=self.opts.include_headers,
+            projection=self.projection,
             fail_on_data_loss=self.opts.fail_on_data_loss,
         )
 

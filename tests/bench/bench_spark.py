@@ -14,11 +14,19 @@ up (Python workers, JIT), then ``--runs`` times each (default 5), in turns (segl
 text, seglog, text, ...) so that both meet the same load on a shared machine; the
 median wall time of each is reported:
 
-- ``seglog count``: ``spark.read.format("seglog")...load().count()``;
-- ``seglog groupBy``: ``...groupBy("partition").count().collect()``;
+- ``count``: ``spark.read.format("seglog")...load().count()``, the whole Kafka schema;
+- ``groupBy``: ``...groupBy("partition").count().collect()``, the whole schema;
+- ``value count``: ``....schema("value binary").load().count()``, the value column alone;
+- ``value groupBy``: ``....schema("value string").load().groupBy(substring(value, 1, 2))
+  .count().collect()``, the value alone as a string (the tag of each value: four groups);
+- ``partition count``, ``partition groupBy``: ``.schema("partition int")``, a column
+  every record of a batch shares, so the records are never decoded (``RecordSpan``);
 - baseline ``text count``: ``spark.read.text(files).count()``;
 - baseline ``text groupBy``: ``spark.read.text(files).groupBy("_metadata.file_name")
-  .count().collect()`` (the file is the text analogue of the partition).
+  .count().collect()`` (the file is the text analogue of the partition), for both
+  ``groupBy`` and ``partition groupBy``;
+- baseline for ``value groupBy``: ``spark.read.text(files).groupBy(substring(value, 1,
+  2)).count().collect()``, the same query over the same strings.
 
 Rows/s = N / median. The ratio is seglog rows/s over text rows/s of the same query
 shape: higher is better, 1.0 means as fast as reading plain text files.
@@ -42,6 +50,13 @@ in the environment brings the stalls back, for comparison). ``--unix-socket`` se
 the default run keeps Spark's default, what a user gets without it. The text baseline
 runs no Python either way.
 
+The first line names the storage engine build in the driver and in the Python workers
+(which read the segment files): an engine source edited since the last build makes both
+run pure Python, several times slower. To measure a committed tree while its working
+copy is being edited, copy it (``git archive HEAD``), build it in place
+(``python setup.py build_ext --inplace``) and run this script from the copy with
+``PYTHONPATH`` set to it: the workers inherit it.
+
 Files live in a temporary directory under ``$SEGLOG_BENCH_DIR`` (default: the system
 temp directory), removed at the end. Reads come from the page cache (it cannot be
 dropped here): CPU figures, not disk figures. The file is named ``bench_*.py`` so that
@@ -59,7 +74,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,40 +126,73 @@ def timed_pair(
     return times, base_times
 
 
-def bench_batch(spark: Any, root: Path, n: int, runs: int) -> list[tuple[str, str]]:
+QUERIES = (
+    "count",
+    "groupBy",
+    "value count",
+    "value groupBy",
+    "partition count",
+    "partition groupBy",
+)
+
+
+def bench_batch(
+    spark: Any, root: Path, n: int, runs: int, queries: Sequence[str] = QUERIES
+) -> list[tuple[str, str]]:
     from pyspark.sql import functions as F
 
     log_dir, text_dir = build_data(root, n)
-    seglog = spark.read.format("seglog").option("subscribe", "bench")
+
+    def seglog(schema: str | None = None) -> Callable[[], Any]:
+        """The seglog DataFrame, loaded afresh by each timed query (``load`` is a round
+        trip to a Python worker, part of a query's cost)."""
+        # A reader per query: DataFrameReader.schema() changes the reader it is called on.
+        reader = spark.read.format("seglog").option("subscribe", "bench")
+        if schema is not None:
+            reader = reader.schema(schema)
+        return lambda: reader.load(str(log_dir))
+
     text = spark.read.text(str(text_dir))
+    per_group = [n // PARTITIONS] * PARTITIONS
+    # The first two bytes of a value are its partition's tag (p0..p3): four groups, as
+    # many as partitions and files.
+    tag = F.substring("value", 1, 2).alias("tag")
 
-    def seglog_count() -> None:
-        assert seglog.load(str(log_dir)).count() == n
+    def counted(df: Callable[[], Any]) -> Callable[[], None]:
+        def count() -> None:
+            assert df().count() == n
 
-    def seglog_group() -> None:
-        rows = seglog.load(str(log_dir)).groupBy("partition").count().collect()
-        assert sorted(r["count"] for r in rows) == [n // PARTITIONS] * PARTITIONS
+        return count
 
-    def text_count() -> None:
-        assert text.count() == n
+    def grouped(df: Callable[[], Any], *by: Any) -> Callable[[], None]:
+        def group() -> None:
+            rows = df().groupBy(*by).count().collect()
+            assert sorted(r["count"] for r in rows) == per_group
 
-    def text_group() -> None:
-        rows = text.select(F.col("_metadata.file_name").alias("f")).groupBy("f").count().collect()
-        assert sorted(r["count"] for r in rows) == [n // PARTITIONS] * PARTITIONS
+        return group
 
+    text_count = counted(lambda: text)
+    text_by_file = grouped(lambda: text.select(F.col("_metadata.file_name").alias("f")), "f")
+    pairs = {
+        "count": (counted(seglog()), text_count),
+        "groupBy": (grouped(seglog(), "partition"), text_by_file),
+        "value count": (counted(seglog("value binary")), text_count),
+        "value groupBy": (grouped(seglog("value string"), tag), grouped(lambda: text, tag)),
+        "partition count": (counted(seglog("partition int")), text_count),
+        "partition groupBy": (grouped(seglog("partition int"), "partition"), text_by_file),
+    }
     lines = []
-    for name, fn, base_fn in (
-        ("count", seglog_count, text_count),
-        ("groupBy", seglog_group, text_group),
-    ):
+    for name in queries:
+        fn, base_fn = pairs[name]
         times, base_times = timed_pair(fn, base_fn, runs)
         median, base = statistics.median(times), statistics.median(base_times)
         rate, base_rate = n / median, n / base
         print(
-            f"N={n:>10,} {name:<8} seglog {rate:>12,.0f} rows/s (median {median:.2f} s of "
+            f"N={n:>10,} {name:<17} seglog {rate:>12,.0f} rows/s (median {median:.2f} s of "
             f"{', '.join(f'{t:.2f}' for t in times)}); text {base_rate:>12,.0f} rows/s "
             f"(median {base:.2f} s of {', '.join(f'{t:.2f}' for t in base_times)}); "
-            f"ratio seglog/text {rate / base_rate:.2f} (higher is better)",
+            f"ratio seglog/text {rate / base_rate:.2f} (higher is better); load average "
+            f"{os.getloadavg()[0]:.2f}",
             flush=True,
         )
         lines.append((f"{name} N={n:,}", f"{rate:,.0f} rows/s, {rate / base_rate:.2f}x text"))
@@ -245,6 +293,15 @@ def bench_stream(spark: Any, root: Path, rate: int, seconds: float) -> list[tupl
     ]
 
 
+def engine_build() -> str:
+    """Which build of the storage engine this process runs, and from where."""
+    import storage
+
+    where = Path(storage.__file__).parent.parent
+    build = "compiled (mypyc)" if storage.compiled else f"pure Python ({storage.build_info})"
+    return f"{build} from {where}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[10**6, 10**7])
@@ -252,6 +309,9 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=100_000, help="lines/s produced")
     parser.add_argument("--seconds", type=float, default=20.0, help="production time")
     parser.add_argument("--no-stream", action="store_true")
+    parser.add_argument(
+        "--queries", nargs="*", choices=QUERIES, default=QUERIES, help="batch queries to run"
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 10^5, 5 s stream")
     parser.add_argument(
         "--unix-socket",
@@ -280,10 +340,13 @@ def main() -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-    import storage
-
-    # The engine's decoding is most of a read's CPU: say which build ran.
-    engine = "compiled (mypyc)" if storage.compiled else f"pure Python ({storage.build_info})"
+    # The engine's decoding is most of a read's CPU: say which build ran, in the driver
+    # and in the Python workers, which read the segment files (an edited engine source
+    # makes both fall back to pure Python, several times slower).
+    engine = engine_build()
+    worker = spark.sparkContext.parallelize([0], 1).map(lambda _: engine_build()).first()
+    if worker != engine:
+        engine = f"{engine} in the driver, {worker} in the Python workers"
     print(
         f"Spark {spark.version}, {spark.sparkContext.defaultParallelism} cores "
         f"(local[*]), Python {sys.version.split()[0]}, storage engine {engine}; Python "
@@ -296,7 +359,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="bench-spark-", dir=os.environ.get("SEGLOG_BENCH_DIR")))
     try:
         for n in args.sizes:
-            table += bench_batch(spark, root, n, args.runs)
+            table += bench_batch(spark, root, n, args.runs, args.queries)
         if not args.no_stream:
             table += bench_stream(spark, root, args.rate, args.seconds)
     finally:

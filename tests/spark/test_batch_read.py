@@ -11,7 +11,7 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
-from seglogfs.spark.arrow import arrow_schema
+from seglogfs.spark.arrow import Projection, arrow_schema
 from seglogfs.spark.reader import OffsetRange, read_offset_range
 from storage import CompressionType, LogManager, TimestampType, build_record_batch
 from tests.conftest import ManualClock
@@ -158,8 +158,8 @@ def test_schema_and_arrow_types(spark: Any, logs: Path) -> None:
     )
     # Tasks hand Spark Arrow batches of exactly the types Spark checks against.
     batches = list(
-        read_offset_range(str(logs), OffsetRange("plain", 1, 0, 30), include_headers=True,
-                          fail_on_data_loss=True)
+        read_offset_range(str(logs), OffsetRange("plain", 1, 0, 30),
+                          projection=Projection.full(True), fail_on_data_loss=True)
     )  # fmt: skip
     assert [b.schema for b in batches] == [arrow_schema(True)]
     assert arrow_schema(True).field("timestamp").type == pa.timestamp("us", tz="UTC")

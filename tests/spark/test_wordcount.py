@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,11 @@ def test_word_count_pipeline_counts_across_runs(spark: Any, tmp_path: Path) -> N
         query = wordcount.start(spark, str(log_dir), str(checkpoint), available_now=True)
         query.awaitTermination(180)
         assert query.exception() is None
+
+    # The pipeline reads the lines' values alone (a projection), as strings.
+    plan = wordcount.word_counts(spark, str(log_dir))._jdf.queryExecution().analyzed().toString()
+    assert re.search(r"StreamingRelationV2 .*, seglog, .*, \[value#\d+\], name=", plan), plan
+    assert "split(value#" in plan  # a string already: no cast
 
     run()
     expected = Counter(word for line in first for word in line.split())

@@ -16,9 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 READ_ONE_RANGE = """
 import gc, json, sys
+from seglogfs.spark.arrow import Projection
 from seglogfs.spark.reader import OffsetRange, read_offset_range
 batches = list(read_offset_range(
-    sys.argv[1], OffsetRange("t", 0, 0, 1000), include_headers=False, fail_on_data_loss=True
+    sys.argv[1], OffsetRange("t", 0, 0, 1000), projection=Projection.full(False),
+    fail_on_data_loss=True,
 ))
 print(json.dumps({
     "rows": sum(b.num_rows for b in batches),
