@@ -1,11 +1,16 @@
 """The namespace and attributes: lookup, readdir, getattr, mkdir, xattrs (SPEC §3).
 
 Topics are directories (``mkdir`` creates one), partitions and the ``produce`` file
-are their entries, views (``P@<where>``) resolve by name without being listed. The
-namespace is read from the ``LogManager`` on every lookup and readdir (topics created
-or deleted through the control socket appear and disappear), and entries and
-attributes are never cached by the kernel (timeouts of 0), so ``st_size`` is exact at
-every ``stat``. Removing, renaming or truncating anything is refused: records stay.
+are their entries (``produce`` reads as an empty file, so tree walks copy it as one),
+views (``P@<where>``) resolve by name without being listed. The namespace is read from
+the ``LogManager`` on every lookup and readdir (topics created or deleted through the
+control socket appear and disappear), and entries and attributes are never cached by
+the kernel (timeouts of 0), so ``st_size`` is exact at every ``stat``: the end minus
+the origin of the file's byte 0 (``nodes.OpenFile``), that of the oldest file the
+caller's process holds open on it, else that of a read-only open made now (the
+retained bytes), so that ``stat`` then ``read`` agree for ``tar``, ``rsync`` and
+``wc -c`` and a holder's size never decreases. Removing, renaming or truncating
+anything is refused: records stay.
 Extended attributes show a partition's state and a topic's config; ``setfattr`` on a
 topic changes its config.
 
@@ -49,7 +54,7 @@ from ..positions import Rendering, position_of_offset
 from .handler import fail, handler
 from .lines import RecordLimit
 from .nodes import BLOCK_SIZE, PRODUCE_FILE, XATTR_PREFIX, Kind, Node, OpenFile, partition_number
-from .state import MountState
+from .state import MountState, thread_group
 from .views import parse_view_name, resolve_offset
 
 __all__ = ["Namespace"]
@@ -62,7 +67,9 @@ class Namespace(MountState):
 
     # -- attributes ------------------------------------------------------------------
 
-    def _sync_attributes(self, inode: int, node: Node) -> pyfuse3.EntryAttributes:
+    def _sync_attributes(
+        self, inode: int, node: Node, holders: tuple[OpenFile, ...] = (), pid: int = 0
+    ) -> pyfuse3.EntryAttributes:
         attr = pyfuse3.EntryAttributes()
         attr.st_ino = inode
         attr.generation = 0
@@ -81,16 +88,16 @@ class Namespace(MountState):
             attr.st_nlink = 2
         elif kind is Kind.PRODUCE:
             self._metadata(node.topic)
-            attr.st_mode = stat.S_IFREG | 0o200
+            # Readable, empty: tree walks (grep -r, cp -r, tar, rsync) read it as such.
+            attr.st_mode = stat.S_IFREG | 0o644
             attr.st_nlink = 1
         else:
             log = self._log(node)
             if node.log is not None and node.log is not log:
                 raise fail(errno.ESTALE)  # a view of a topic deleted since
             self._sync_refresh(log)
-            size = log.extension_end
+            size = max(0, log.extension_end - self._sync_seen_origin(node, log, holders, pid))
             if kind is Kind.VIEW:
-                size = max(0, size - node.view_position)
                 attr.st_mode = stat.S_IFREG | 0o444
             else:
                 attr.st_mode = stat.S_IFREG | (0o444 if self.read_only else 0o644)
@@ -106,12 +113,36 @@ class Namespace(MountState):
         attr.st_ctime_ns = mtime
         return attr
 
-    async def _attributes(self, inode: int) -> pyfuse3.EntryAttributes:
+    def _sync_seen_origin(
+        self, node: Node, log: Log, holders: tuple[OpenFile, ...], pid: int
+    ) -> int:
+        """The origin from which thread ``pid`` sees the size of ``node``: the oldest of
+        the files its process holds open on it (``holders``), so that a holder's size
+        never decreases and is counted as its reads are; else a fresh read-only open's,
+        so that ``stat`` then ``open`` and ``read`` agree (tar, cp, rsync, wc -c).
+        Cost: with holders, one read of ``/proc`` and O(len(holders))."""
+        if holders:
+            process = thread_group(pid)
+            origins = [
+                of.origin
+                for of in holders
+                if process > 0 and of.process == process and of.logs.get(node.partition) is log
+            ]
+            if origins:
+                return min(origins)
+        return self._sync_origin(node, log)
+
+    async def _attributes(self, inode: int, pid: int = 0) -> pyfuse3.EntryAttributes:
+        """The attributes of ``inode`` as thread ``pid`` sees them (0: a fresh reader)."""
         node = self._node(inode)
         if node.kind is Kind.PARTITION or node.kind is Kind.VIEW:
             if self._closing:
                 await self._settled(node.topic)
-            attr: pyfuse3.EntryAttributes = await self._run(self._sync_attributes, inode, node)
+            # A snapshot on the event loop: the set changes only here.
+            holders = tuple(of for of in self._holders.get(node, ()) if not of.closed)
+            attr: pyfuse3.EntryAttributes = await self._run(
+                self._sync_attributes, inode, node, holders if pid else (), pid
+            )
             return attr
         return self._sync_attributes(inode, node)
 
@@ -178,14 +209,14 @@ class Namespace(MountState):
         parent = self._node(parent_inode)
         text = os.fsdecode(name)
         if text == ".":
-            return await self._attributes(parent_inode)
+            return await self._attributes(parent_inode, ctx.pid)
         if text == "..":
             return await self._attributes(pyfuse3.ROOT_INODE)
         node = await self._child(parent, text)
         inode = self._inode(node)
         if node.kind is Kind.VIEW:
             self._nodes[inode] = node  # the log of this resolution, the one to open
-        attr = await self._attributes(inode)
+        attr = await self._attributes(inode, ctx.pid)
         if node.kind is Kind.VIEW:
             # Views are made per resolution (0@latest names a new start as the log
             # grows): counted, so `forget` can drop them and the table stays small.
@@ -207,7 +238,9 @@ class Namespace(MountState):
 
     @handler
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
-        return await self._attributes(inode)
+        # `stat` and `fstat` alike: the kernel sends no file handle with either (only
+        # lseek's SEEK_END does, which pyfuse3 drops): the caller's process decides.
+        return await self._attributes(inode, ctx.pid)
 
     @handler
     async def setattr(
@@ -227,7 +260,7 @@ class Namespace(MountState):
         if refused:
             raise fail(errno.EROFS if self.read_only else errno.EPERM)
         # Time updates (touch) are accepted and ignored: the times are the data's.
-        return await self._attributes(inode)
+        return await self._attributes(inode, ctx.pid)
 
     @handler
     async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
@@ -411,7 +444,10 @@ class Namespace(MountState):
             "size": str(description.size),
             "first_timestamp": str(description.first_timestamp),
             "last_timestamp": str(description.last_timestamp),
-            "start_position": str(log.extension_start),
+            # Where the retained records begin: byte 0 of a read-only open made now.
+            "start_position": str(
+                self._sync_origin(Node(Kind.PARTITION, node.topic, node.partition), log)
+            ),
             "end_position": str(log.extension_end),
         }
         if node.kind is Kind.VIEW:

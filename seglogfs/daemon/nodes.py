@@ -53,7 +53,8 @@ class Node:
     """What an inode denotes. A view also records the offset it starts at, that
     record's global byte position (fixed for ever, see ``seglogfs.positions``) and the
     ``Log`` both were resolved in (not part of the node's identity: the latest lookup
-    of the name sets it, and an open of the view is of that log)."""
+    of the name sets it, and an open of the view is of that log); a ``P@group=NAME``
+    view, its group (``group_view``)."""
 
     kind: Kind
     topic: str = ""
@@ -61,6 +62,7 @@ class Node:
     view_offset: int = -1
     view_position: int = 0
     log: Log | None = field(default=None, compare=False, repr=False)
+    group: str = ""  # a P@group=NAME view: the consumer group it reads for
 
 
 ROOT_NODE = Node(Kind.ROOT)
@@ -73,6 +75,10 @@ class OpenFile:
     partition file or a view, every partition for ``produce``): each request checks
     they are still the topic's (``MountState._opened``), so a handle of a deleted
     topic never reads or writes a topic created under its name afterwards.
+    ``origin`` is the global position of the file's byte 0, fixed at open (a file
+    opened read-only starts at the oldest retained record); ``process`` the thread
+    group id of the process that opened it (-1: not known), whose ``stat`` gets the
+    size from ``origin``.
     """
 
     __slots__ = (
@@ -83,6 +89,7 @@ class OpenFile:
         "lock",
         "logs",
         "node",
+        "process",
         "reader",
         "slots",
         "stalled",
@@ -98,6 +105,8 @@ class OpenFile:
         writable: bool,
         append: bool,
         readable: bool,
+        origin: int = 0,
+        process: int = -1,
     ) -> None:
         self.node = node
         self.logs = logs
@@ -105,8 +114,8 @@ class OpenFile:
         self.append = append
         self.lock = trio.Lock()
         self.lines = LineBuffer()
-        base = node.view_position if node.kind is Kind.VIEW else 0
-        self.reader = PositionReader(base) if readable else None
+        self.process = process
+        self.reader = PositionReader(origin) if readable else None
         self.sticky: StickyPartitioner | None = None
         # Render slots this file streams through (none until it reads sequentially), the
         # fill outstanding for it (set() when it ends), and whether it was released.
@@ -116,6 +125,11 @@ class OpenFile:
         # The kept bytes after which a fill brought nothing (a corrupt batch, a batch
         # still being written): not asked for again until the reader moves on.
         self.stalled: Rendered | None = None
+
+    @property
+    def origin(self) -> int:
+        """The global position of the file's byte 0 (0 for a file opened write-only)."""
+        return 0 if self.reader is None else self.reader.base
 
 
 def partition_number(name: str) -> int | None:

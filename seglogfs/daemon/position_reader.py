@@ -1,9 +1,11 @@
 """The reads of one open partition file: kernel offsets to global positions, and bytes.
 
 Each open file reads through its own ``PositionReader``: the global position of a read
-is the kernel's file offset plus a *shift* kept per open file (0 at open). A read that
-falls in a gap (bytes retention removed) continues at the oldest retained record and
-adds the skipped length to the shift, so the kernel's offset and the reader's view stay
+is the file's *origin* (the global position of its byte 0, fixed at open: the oldest
+retained record for a file opened read-only) plus the kernel's file offset plus a
+*shift* kept per open file (0 at open). A read that falls in a gap (bytes retention
+removed since the file was opened) continues at the oldest retained record and adds
+the skipped length to the shift, so the kernel's offset and the reader's view stay
 consistent, nothing is returned twice and the file never looks truncated to ``tail -f``.
 Positions themselves are ``seglogfs.positions``.
 """
@@ -55,8 +57,9 @@ class Rendered:
 class PositionReader:
     """The reads of one open file: kernel offsets to global positions, and bytes.
 
-    ``base`` is the global position of the file's byte 0 (0 for a partition file; the
-    start position of a ``P@<where>`` view). The bytes returned for a read are slices of
+    ``base`` is the global position of the file's byte 0, its origin (for a file opened
+    read-only: the oldest retained record's when it was opened, or a ``P@<where>``
+    view's start when that is later). The bytes returned for a read are slices of
     ``render_batch`` output (no object per record); a read inside one batch returns a
     ``memoryview`` of it without a copy.
 
@@ -100,6 +103,12 @@ class PositionReader:
         self._sequential = False  # the last read began where the one before ended
         # ((log identity, log start offset), log_start_anchor(...)) of the last read.
         self._start: tuple[tuple[int, int], tuple[int, int]] | None = None
+
+    @property
+    def end(self) -> int:
+        """The global position after the bytes the last read returned (-1: none yet);
+        a ``P@group=`` view commits the record there on close. Cost: O(1)."""
+        return self._end
 
     def position(self, kernel_offset: int) -> int:
         """The global position the kernel's ``kernel_offset`` denotes now."""

@@ -2,6 +2,10 @@
 
 Every file is opened ``direct_io``: every read reaches the daemon (exact sizes, no
 stale page cache, positions that follow the per-file shift of ``PositionReader``).
+A file opened read-only begins at the oldest retained record (its origin, fixed at
+open), so it holds exactly the bytes a read returns; a file opened for writing keeps
+global positions (origin 0), which the write path's offsets are. ``produce`` reads as
+an empty file.
 An open file keeps the logs it was opened on (a view: the log it was resolved in at
 lookup); a read of a topic deleted since answers ``ESTALE``, also when a topic of the
 same name exists, and a read waits for a release appending a final partial line to the
@@ -35,10 +39,10 @@ from storage.log.segment import LogSegment
 
 from ..positions import Rendering
 from .handler import REQUEST_LOG, fail, handler
-from .nodes import BLOCK_SIZE, Kind, OpenFile
+from .nodes import BLOCK_SIZE, Kind, Node, OpenFile
 from .position_reader import PositionReader, Rendered
 from .renderer import SLOT_BYTES, SLOTS_PER_FILE, Renderer
-from .state import MountState
+from .state import MountState, thread_group
 
 __all__ = ["READ_AHEAD", "ReadPath"]
 
@@ -91,8 +95,6 @@ class ReadPath(MountState):
         elif node.kind is Kind.PRODUCE:
             partitions = self._metadata(node.topic).partitions
             logs = {p: self.manager.log(node.topic, p) for p in range(partitions)}
-            if access != os.O_WRONLY:
-                raise fail(errno.EACCES)  # write-only: it has nothing to read
         elif writing or flags & os.O_TRUNC:
             raise fail(errno.EPERM)  # a view is read-only
         else:
@@ -102,15 +104,25 @@ class ReadPath(MountState):
             if node.log is not None and node.log is not log:
                 raise fail(errno.ESTALE)
             logs = {node.partition: log}
+        origin, process = 0, -1
+        if node.kind is not Kind.PRODUCE:
+            origin, process = await self._run(
+                self._sync_open, node, logs[node.partition], writing, ctx.pid
+            )
         of = OpenFile(
             node,
             logs,
             writable=writing,
             append=bool(flags & os.O_APPEND),
-            readable=access != os.O_WRONLY,
+            # produce reads as an empty file: reads answer b"" without a reader.
+            readable=access != os.O_WRONLY and node.kind is not Kind.PRODUCE,
+            origin=origin,
+            process=process,
         )
         if node.kind is Kind.PRODUCE:
             of.sticky = StickyPartitioner(len(logs))
+        else:
+            self._holders.setdefault(node, set()).add(of)
         fh = next(self._next_fh)
         self._files[fh] = of
         # direct_io: every read and write reaches the daemon (exact sizes, no stale
@@ -118,11 +130,24 @@ class ReadPath(MountState):
         # request (up to max_write), so its lines become one batch.
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
 
+    def _sync_open(self, node: Node, log: Log, writing: bool, pid: int) -> tuple[int, int]:
+        # (origin, process) of a new open file of a partition or view. Read-only, its
+        # byte 0 is the oldest retained byte, so its size is what it reads; opened for
+        # writing, positions stay global (the write path's offsets are global).
+        if writing:
+            origin = 0
+        else:
+            self._sync_refresh(log)
+            origin = self._sync_origin(node, log)
+        return origin, thread_group(pid)
+
     @handler
     async def read(self, fh: int, off: int, size: int) -> bytes:
         of = self._file(fh)
         reader = of.reader
         if reader is None:
+            if of.node.kind is Kind.PRODUCE:
+                return b""  # it holds nothing: tree walks (tar, cp -r) copy it empty
             raise fail(errno.EBADF)
         if self._closing:
             await self._settled(of.node.topic)

@@ -3,10 +3,11 @@
 ``MountState`` is the base of the three request handler groups (``namespace``,
 ``read_path``, ``write_path``), which ``operations.Operations`` joins into one pyfuse3
 handler class. It owns the inode table (one inode per node, stable for the daemon's
-life; view inodes until the kernel forgets them), the open files by handle, the bridge
-to worker threads (``run_sync``), the render process's slots, the one budget of what
-all readers keep rendered (``read_ahead``), and the read-only mount's refresh of a live
-writer's changes.
+life; view inodes until the kernel forgets them), the open files by handle and by
+the file they hold (a process that holds a file gets its size from that open's
+origin), the bridge to worker threads (``run_sync``), the render process's slots, the
+one budget of what all readers keep rendered (``read_ahead``), and the read-only
+mount's refresh of a live writer's changes.
 
 It also keeps what makes a write do what was asked while the namespace changes under
 it: each open file's request checks that the logs it was opened on are still its
@@ -35,15 +36,16 @@ from typing import Any
 import pyfuse3
 import trio
 
-from storage import Log, LogManager, TopicMetadata, UnknownTopicError
+from storage import Log, LogManager, StorageError, TopicMetadata, UnknownTopicError
 
+from ..positions import Rendering, log_start_anchor
 from .handler import fail
 from .malloc_tuning import release_free_memory
 from .nodes import ROOT_NODE, Node, OpenFile
 from .read_ahead import FETCH_MAX_BYTES, ReadAheadBudget
 from .renderer import Renderer
 
-__all__ = ["REFRESH_LOG_S", "REFRESH_TOPICS_S", "MountState", "RunSync"]
+__all__ = ["REFRESH_LOG_S", "REFRESH_TOPICS_S", "MountState", "RunSync", "thread_group"]
 
 RunSync = Callable[..., Awaitable[Any]]
 """The daemon's bridge to worker threads: ``await run_sync(fn, *args)``."""
@@ -87,6 +89,10 @@ class MountState(pyfuse3.Operations):
         self._lookups: dict[int, int] = {}  # the kernel's lookup count of view inodes
         self._files: dict[int, OpenFile] = {}
         self._next_fh = itertools.count(1)
+        # The open files of each partition and view (the sizes their processes see),
+        # and each partition's first retained position, by log and log start offset.
+        self._holders: dict[Node, set[OpenFile]] = {}
+        self._starts: dict[tuple[str, int], tuple[Log, int, int]] = {}
         # Write requests in flight per topic; topics whose rendering is being changed
         # (set when the change ends); releases appending a partial line (likewise).
         self._writes: dict[str, int] = {}
@@ -209,6 +215,26 @@ class MountState(pyfuse3.Operations):
             self._refreshed[key] = now
             log.refresh()
 
+    def _sync_origin(self, node: Node, log: Log) -> int:
+        """The global position of byte 0 of partition or view ``node`` opened read-only
+        now: the oldest retained record's (retention removed the bytes below it), or
+        the view's start when that is later. Cost: O(1) while the log start stays,
+        else ``log_start_anchor``'s O(log n)."""
+        key = (node.topic, node.partition)
+        start = log.log_start_offset
+        cached = self._starts.get(key)
+        if cached is None or cached[0] is not log or cached[1] != start:
+            rendering = Rendering.of(self._metadata(node.topic))
+            try:
+                position = log_start_anchor(log, rendering)[1]
+            except StorageError:
+                # A log start inside a segment is measured by rendering batches: one
+                # that is damaged (its read reports it), or retention moving the start
+                # meanwhile. The first segment's start is below it: not kept.
+                return max(log.extension_start, node.view_position)
+            cached = self._starts[key] = (log, start, position)
+        return max(cached[2], node.view_position)
+
     def _free_slots(self, of: OpenFile) -> None:
         if self._renderer is not None:
             for slot in of.slots:
@@ -217,7 +243,13 @@ class MountState(pyfuse3.Operations):
 
     def _release_reads(self, of: OpenFile) -> None:
         """``of`` closed and no fill for it is outstanding: give back what its reads
-        hold, its render slots and its kept bytes (``read_ahead``)."""
+        hold, its render slots and its kept bytes (``read_ahead``), and its place
+        among the holders of its file."""
+        holders = self._holders.get(of.node)
+        if holders is not None:
+            holders.discard(of)
+            if not holders:
+                del self._holders[of.node]
         self._free_slots(of)
         if self._read_ahead.release(of):
             self._give_back_memory()
@@ -227,3 +259,22 @@ class MountState(pyfuse3.Operations):
         # (use_renderer was not called) the heap keeps it.
         if self._background is not None:
             self._background.start_soon(self._run, release_free_memory)
+
+
+def thread_group(pid: int) -> int:
+    """The process (thread group id) of thread ``pid``, as a FUSE request names its
+    caller (the kernel sends the calling thread's id); -1 when it cannot be known (the
+    thread is gone, or in another PID namespace: the kernel sends 0).
+
+    Cost: one read of ``/proc/PID/status``.
+    """
+    if pid <= 0:
+        return -1
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1

@@ -16,7 +16,7 @@ import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from .conftest import MountDir, needs_fuse
+from .conftest import Mount, MountDir, needs_fuse
 
 pytestmark = needs_fuse
 
@@ -103,6 +103,18 @@ def build_broker_dir(log_dir: Path) -> list[bytes | None]:
     return values
 
 
+def mount_copy_after_delete_records(
+    tmp_path: Path, mount_dir: MountDir, options: str
+) -> tuple[Mount, bytes]:
+    """``build_broker_dir`` after Kafka's DeleteRecords (the log start offset checkpoint
+    names offset 8, in the middle of the segment), mounted with ``-o options``; the
+    mount and what ``legacy/0`` must show: the values from offset 8."""
+    log_dir = tmp_path / "kafka-logs"
+    values = build_broker_dir(log_dir)
+    (log_dir / "log-start-offset-checkpoint").write_text("0\n1\nlegacy 0 8\n")
+    return mount_dir(log_dir, "-o", options), b"".join((v or b"") + b"\n" for v in values[8:])
+
+
 def test_kafka_copy_reads_as_a_consumer_sees_it(tmp_path: Path, mount_dir: MountDir) -> None:
     log_dir = tmp_path / "kafka-logs"
     values = build_broker_dir(log_dir)
@@ -141,15 +153,14 @@ def test_log_start_inside_a_segment_hides_the_records_below_it(
 ) -> None:
     # After Kafka's DeleteRecords the log start offset checkpoint names an offset in
     # the middle of a segment: a consumer sees nothing below it.
-    log_dir = tmp_path / "kafka-logs"
-    values = build_broker_dir(log_dir)
-    (log_dir / "log-start-offset-checkpoint").write_text("0\n1\nlegacy 0 8\n")
-    mount = mount_dir(log_dir, "-o", "ro")
+    mount, expected = mount_copy_after_delete_records(tmp_path, mount_dir, "ro")
     shown = (mount.mountpoint / "legacy" / "0").read_bytes()
-    assert shown == b"".join((v or b"") + b"\n" for v in values[8:])
+    assert shown == expected
     assert (mount.mountpoint / "legacy" / "0@earliest").read_bytes() == shown
     assert (mount.mountpoint / "legacy" / "0@3").read_bytes() == shown  # raised to the start
-    expected = b"".join((v or b"") + b"\n" for v in values)
+    # The file begins at the log start: its size is what it reads, and a position in
+    # it counts from there.
+    assert (mount.mountpoint / "legacy" / "0").stat().st_size == len(shown)
     with open(mount.mountpoint / "legacy" / "0", "rb") as f:
-        f.seek(len(expected) - 30)  # positions above the start read as before
-        assert f.read() == expected[-30:]
+        f.seek(len(shown) - 30)
+        assert f.read() == shown[-30:]

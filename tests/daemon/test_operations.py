@@ -16,13 +16,29 @@ import pyfuse3
 import pytest
 
 from seglogfs.daemon.operations import Kind, Operations
-from storage import LogConfig, LogManager, partition_for_key
+from storage import Log, LogConfig, LogManager, partition_for_key
 from tests.conftest import ManualClock
 
 from .conftest import open_manager, run_sync
 
 CTX = pyfuse3.RequestContext()
 APPEND = os.O_WRONLY | os.O_APPEND
+
+
+class Caller(pyfuse3.RequestContext):
+    """A request from thread ``pid`` (pyfuse3's own context cannot be made with one;
+    ``CTX`` names no thread: a caller that holds no file)."""
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+
+HOLDER = Caller(os.getpid())
+"""A request from this process: it sees the sizes of the files it holds open."""
 
 
 async def inode_of(ops: Operations, path: str) -> int:
@@ -265,7 +281,9 @@ async def test_refused_operations_change_nothing(ops: Operations, manager: LogMa
     assert await fuse_errno(ops.create(topic, b"foo", 0o644, APPEND, CTX)) == errno.EINVAL
     assert await fuse_errno(ops.create(topic, b"7", 0o644, APPEND, CTX)) == errno.ENOENT
     assert await fuse_errno(ops.create(root, b"file", 0o644, APPEND, CTX)) == errno.EPERM
-    assert await fuse_errno(ops.open(produce, os.O_RDONLY, CTX)) == errno.EACCES
+    fh = (await ops.open(produce, os.O_RDONLY, CTX)).fh  # reads as an empty file
+    assert await ops.read(fh, 0, 4096) == b""
+    await ops.release(fh)
     assert await fuse_errno(ops.lookup(topic, b"1", CTX)) == errno.ENOENT
     assert await fuse_errno(ops.lookup(root, b"nope", CTX)) == errno.ENOENT
     view = await inode_of(ops, "/t/0@earliest")
@@ -353,42 +371,82 @@ async def test_read_at_any_position(ops: Operations, manager: LogManager) -> Non
         await ops.release(fh)
 
 
+async def segmented_lines(ops: Operations, manager: LogManager) -> tuple[Log, list[bytes]]:
+    """Topic t's partition 0 holding 200 lines of 50 bytes, a batch each, in segments
+    of 1000 bytes; its log and the lines."""
+    topic = (await ops.mkdir(pyfuse3.ROOT_INODE, b"t", 0o755, CTX)).st_ino
+    await ops.setxattr(topic, b"user.seglog.segment.bytes", b"1000", CTX)
+    lines = [b"line %04d" % i + b"." * 40 for i in range(200)]
+    for line in lines:
+        await write(ops, "/t/0", line + b"\n")
+    return manager.log("t", 0), lines
+
+
 @pytest.mark.trio
 async def test_read_after_retention_continues_at_oldest_record(
     ops: Operations, manager: LogManager
 ) -> None:
-    topic = (await ops.mkdir(pyfuse3.ROOT_INODE, b"t", 0o755, CTX)).st_ino
-    await ops.setxattr(topic, b"user.seglog.segment.bytes", b"1000", CTX)
-    log = manager.log("t", 0)
-    lines = [b"line %04d" % i + b"." * 40 for i in range(200)]
-    for line in lines:
-        await write(ops, "/t/0", line + b"\n")
+    log, lines = await segmented_lines(ops, manager)
     expected = _expected_bytes(lines)
     inode = await inode_of(ops, "/t/0")
-    reader = (await ops.open(inode, os.O_RDONLY, CTX)).fh
+    reader = (await ops.open(inode, os.O_RDONLY, HOLDER)).fh
     head = bytes(await ops.read(reader, 0, 100))
     assert head == expected[:100]
-    size_before = await size_of(ops, "/t/0")
+    size_before = (await ops.getattr(inode, HOLDER)).st_size
+    assert size_before == len(expected)
     # Retention removes the oldest segments under the open reader.
     log.advance_log_start_offset(120)
     deleted = log.delete_old_segments()
     assert deleted >= 2
     assert log.extension_start > 100
-    assert await size_of(ops, "/t/0") == size_before  # never shrinks
-    rest = bytes(await ops.read(reader, 100, 1 << 20))
+    # The holder's size never shrinks; anyone else's is what a fresh open reads.
+    assert (await ops.getattr(inode, HOLDER)).st_size == size_before
     first_kept = log.log_start_offset
-    assert rest == _expected_bytes(lines[first_kept:])
+    retained = _expected_bytes(lines[first_kept:])
+    assert await size_of(ops, "/t/0") == len(retained)
+    rest = bytes(await ops.read(reader, 100, 1 << 20))
+    assert rest == retained
     # Kernel offset 100 + len(rest) is the end for this reader (its shift absorbed the
     # gap): nothing more, nothing twice.
     assert bytes(await ops.read(reader, 100 + len(rest), 100)) == b""
+    assert (await ops.getattr(inode, HOLDER)).st_size == size_before
     await ops.release(reader)
-    # A file opened now starts at the oldest retained record.
-    assert await read_all(ops, "/t/0") == _expected_bytes(lines[first_kept:])
-    # And a position read still denotes the same byte as before retention.
-    fh = (await ops.open(inode, os.O_RDONLY, CTX)).fh
-    position = len(expected) - 25
-    assert bytes(await ops.read(fh, position, 25)) == expected[position:]
+    assert (await ops.getattr(inode, HOLDER)).st_size == len(retained)
+    # A file opened now starts at the oldest retained record: its byte 0.
+    assert await read_all(ops, "/t/0") == retained
+    fh = (await ops.open(inode, os.O_RDONLY, HOLDER)).fh
+    assert (await ops.getattr(inode, HOLDER)).st_size == len(retained)
+    assert bytes(await ops.read(fh, len(retained) - 25, 25)) == expected[-25:]
     await ops.release(fh)
+
+
+@pytest.mark.trio
+async def test_after_retention_readers_start_at_the_log_start_and_writers_stay_global(
+    ops: Operations, manager: LogManager
+) -> None:
+    log, lines = await segmented_lines(ops, manager)
+    inode = await inode_of(ops, "/t/0")
+    view = await inode_of(ops, "/t/0@5")  # resolved before retention
+    log.advance_log_start_offset(123)
+    assert log.delete_old_segments() >= 2
+    retained = _expected_bytes(lines[123:])
+    assert log.extension_start < log.extension_end - len(retained)  # 123: inside a segment
+    start = await ops.getxattr(inode, b"user.seglog.start_position", CTX)
+    assert int(start) == log.extension_end - len(retained)
+    # A view whose start retention removed begins at the log start too.
+    assert (await ops.getattr(view, CTX)).st_size == len(retained)
+    fh = (await ops.open(view, os.O_RDONLY, CTX)).fh
+    assert bytes(await ops.read(fh, 0, 1 << 20)) == retained
+    await ops.release(fh)
+    # A writer's positions stay global: its process sees the end it appends at (what
+    # lseek(SEEK_END) asks), and a write there without O_APPEND appends.
+    fh = (await ops.open(inode, os.O_WRONLY, HOLDER)).fh
+    end = (await ops.getattr(inode, HOLDER)).st_size
+    assert end == log.extension_end > len(retained)
+    assert await ops.write(fh, end, b"more\n") == 5
+    await ops.release(fh)
+    assert await read_all(ops, "/t/0") == retained + b"more\n"
+    assert await size_of(ops, "/t/0") == len(retained) + 5
 
 
 @pytest.mark.trio
@@ -541,7 +599,8 @@ async def test_inodes_are_stable_and_kinds_right(ops: Operations) -> None:
     assert ops._nodes[first].kind is Kind.PARTITION
     assert ops._nodes[await inode_of(ops, "/t/produce")].kind is Kind.PRODUCE
     attr = await ops.getattr(await inode_of(ops, "/t/produce"), CTX)
-    assert attr.st_mode & 0o777 == 0o200
+    assert attr.st_mode & 0o777 == 0o644  # readable, as an empty file
+    assert attr.st_size == 0
 
 
 @pytest.mark.trio
