@@ -14,6 +14,9 @@ modules:
   topics, checkpoints and the writer lock (``log_manager``, ``topic``, ``checkpoint``,
   ``lock_file``), settings (``log_config``, ``properties``) and file names
   (``file_names``).
+- ``group``, built on ``log`` (Kafka's ``group-coordinator``): consumer groups'
+  committed offsets in ``__consumer_offsets`` (``coordinator_record``,
+  ``offsets_topic``, ``offset_store``) and their errors (``errors``).
 
 At the top level, beside them: the one exception tree of both (``errors``), the clock
 and the atomic file replacement the log uses (``clock``, ``atomic_file``), numbers read
@@ -51,6 +54,18 @@ from .errors import (
     TopicNotEmptyError,
     UnknownTopicError,
 )
+from .group.coordinator_record import OffsetCommitValue
+from .group.errors import (
+    GroupError,
+    GroupIdNotFoundError,
+    InvalidGroupIdError,
+    NonEmptyGroupError,
+    NoOffsetForPartitionError,
+    PartitionAssignedError,
+    UnknownMemberIdError,
+)
+from .group.offset_store import GroupDescription, MemberDescription, OffsetStore
+from .group.offsets_topic import OFFSETS_TOPIC, GroupConfig, java_string_hash, partition_for_group
 from .log.extension_index import ExtensionIndexSpec
 from .log.log import AppendInfo, Log
 from .log.log_config import BrokerConfig, LogConfig
@@ -70,6 +85,7 @@ build_info: str = SELECTION.reason
 """Which build runs and why, e.g. ``compiled (mypyc 2.4.1)``."""
 
 __all__ = [
+    "OFFSETS_TOPIC",
     "SYSTEM_CLOCK",
     "AppendInfo",
     "BrokerConfig",
@@ -81,8 +97,13 @@ __all__ = [
     "CorruptRecordError",
     "DefaultRecordBatch",
     "ExtensionIndexSpec",
+    "GroupConfig",
+    "GroupDescription",
+    "GroupError",
+    "GroupIdNotFoundError",
     "Header",
     "IndexFullError",
+    "InvalidGroupIdError",
     "InvalidOffsetError",
     "InvalidRecordError",
     "InvalidTopicError",
@@ -91,7 +112,13 @@ __all__ = [
     "LogConfig",
     "LogDirLockedError",
     "LogManager",
+    "MemberDescription",
+    "NoOffsetForPartitionError",
+    "NonEmptyGroupError",
+    "OffsetCommitValue",
     "OffsetOutOfRangeError",
+    "OffsetStore",
+    "PartitionAssignedError",
     "PartitionDescription",
     "ReadOnlyLogError",
     "Record",
@@ -109,14 +136,17 @@ __all__ = [
     "TopicExistsError",
     "TopicMetadata",
     "TopicNotEmptyError",
+    "UnknownMemberIdError",
     "UnknownTopicError",
     "build_info",
     "build_record_batch",
     "compiled",
     "iter_batches",
+    "java_string_hash",
     "load_properties",
     "murmur2",
     "parse_properties",
+    "partition_for_group",
     "partition_for_key",
     "render_batch",
     "rendered_size",

@@ -2,10 +2,13 @@
 
 Commands: ``mount`` (the FUSE daemon, ``seglogfs.daemon``), ``topics create|list|
 describe|alter|delete`` (like ``kafka-topics.sh``), ``produce`` (the console producer),
-``consume`` (like ``kcat -C``), ``dump`` (Kafka's ``kafka-dump-log.sh``) and ``verify``.
+``consume`` (like ``kcat -C``), ``dump`` (Kafka's ``kafka-dump-log.sh``), ``verify``,
+``delete-records`` and ``groups list|describe|reset-offsets|delete`` (like
+``kafka-consumer-groups.sh``).
 
 One module per command family, as Kafka keeps one class per tool: ``topics``,
-``produce``, ``consume``, ``dump``, ``verify``, ``mount``; this one holds the parser and
+``produce``, ``consume``, ``dump``, ``verify``, ``mount``, ``delete_records``,
+``groups``; this one holds the parser and
 the rules that turn errors into exit codes.
 
 Exit codes: 0 ok, 1 runtime error (the log directory said no: unknown topic, locked
@@ -30,14 +33,14 @@ from storage import ConfigError, InvalidTopicError, StorageError
 from .. import __version__, control
 from ..open_files_limit import raise_open_files_limit
 from ..setup_check import SetupError
-from . import consume, delete_records, dump, mount, produce, topics, verify
+from . import consume, delete_records, dump, groups, mount, produce, topics, verify
 from .common import EXIT_ERROR, EXIT_USAGE, PROG, CommandError, Parser, UsageError, parents
 from .produce import PartialProduceError
 
 __all__ = ["build_parser", "main"]
 
 # Engine errors that mean the command line asked for something impossible.
-_USAGE_ERROR_KINDS = frozenset({"InvalidTopicError", "ConfigError"})
+_USAGE_ERROR_KINDS = frozenset({"InvalidTopicError", "ConfigError", "InvalidGroupIdError"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
 
-    for family in (mount, topics, produce, consume, dump, verify, delete_records):
+    for family in (mount, topics, produce, consume, dump, verify, delete_records, groups):
         family.add_parser(commands, shared)
     return parser
 
@@ -90,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Name the subcommand in the error, as argparse does for its other errors.
             command_parser = getattr(args, "command_parser", parser)
             command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        prog = f"{PROG} {args.command}" + (f" {args.action}" if args.command == "topics" else "")
+        prog = f"{PROG} {args.command}"
+        if args.command in ("topics", "groups"):
+            prog += f" {args.action}"
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except PartialProduceError as exc:

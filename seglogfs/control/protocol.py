@@ -22,7 +22,14 @@ Ops: ``ping``, ``list_topics``, ``create_topic(name, partitions, config, format,
 key_separator)``, ``alter_topic(name, set, delete)``, ``delete_topic(name)``,
 ``describe_topic(name)``, ``produce(topic, partition)``, ``delete_records(partitions)``
 (``[{"topic": T, "partition": P, "offset": O}, ...]``, as in the file
-``kafka-delete-records.sh`` reads; the result is ``delete_records``'s). ``OPS`` gives
+``kafka-delete-records.sh`` reads; the result is ``delete_records``'s); for consumer
+groups (``storage.OffsetStore``, which the daemon keeps): ``list_groups``,
+``describe_group(group)`` (``group_result``), ``commit_offsets(group, offsets,
+member_id, metadata)`` and ``reset_offsets(group, offsets)`` (``offsets``: ``[{"topic":
+T, "partition": P, "offset": O}, ...]``), ``delete_group(group)``, and the membership
+that makes a group consuming: ``join_group(group, topic, partitions, client_id, host,
+pid)`` (the result: ``{"member_id", "partitions"}``), ``heartbeat(group, member_id)``
+(the partitions held now), ``leave_group(group, member_id)``. ``OPS`` gives
 each op's arguments and their types; ``parse_request`` checks a request against it, so
 a wrongly typed argument is a ``ProtocolError`` naming it, never an exception inside
 the daemon.
@@ -53,6 +60,7 @@ from typing import Any
 
 from storage import (
     DefaultRecordBatch,
+    GroupDescription,
     Header,
     LogManager,
     OffsetOutOfRangeError,
@@ -78,6 +86,7 @@ __all__ = [
     "encode_records",
     "error_header",
     "frame",
+    "group_result",
     "parse_header",
     "parse_partition_offsets",
     "parse_request",
@@ -148,6 +157,36 @@ def describe_result(description: TopicDescription) -> dict[str, object]:
                 "last_timestamp": p.last_timestamp,
             }
             for p in description.partitions
+        ],
+    }
+
+
+def group_result(description: GroupDescription) -> dict[str, object]:
+    """A group description as the JSON the ``describe_group`` op returns (and the
+    command line prints from, with or without a daemon)."""
+    return {
+        "group": description.group,
+        "state": description.state,
+        "recorded": description.recorded,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "client_id": m.client_id,
+                "host": m.host,
+                "assignment": [[t, p] for t, p in m.assignment],
+            }
+            for m in description.members
+        ],
+        "offsets": [
+            {
+                "topic": t,
+                "partition": p,
+                "offset": v.offset,
+                "leader_epoch": v.leader_epoch,
+                "metadata": v.metadata,
+                "commit_timestamp": v.commit_timestamp,
+            }
+            for (t, p), v in sorted(description.offsets.items())
         ],
     }
 
@@ -448,6 +487,13 @@ _STRING = _String("a string")
 _INT32 = _Integer(f"a whole number from {INT_MIN} to {INT_MAX}", INT_MIN, INT_MAX)
 _INT64 = _Integer(f"a whole number from {LONG_MIN} to {LONG_MAX}", LONG_MIN, LONG_MAX)
 _CONFIG = _MapOf("an object of string values", _STRING)
+_PARTITION_OFFSETS = _ListOf(
+    "a list of {topic, partition, offset} objects",
+    _Object(
+        "an object of topic, partition and offset",
+        (("topic", _STRING), ("partition", _INT32), ("offset", _INT64)),
+    ),
+)
 
 OPS: dict[str, dict[str, Arg]] = {
     "ping": {},
@@ -467,17 +513,27 @@ OPS: dict[str, dict[str, Arg]] = {
     "delete_topic": {"name": Arg(_STRING)},
     "describe_topic": {"name": Arg(_STRING)},
     "produce": {"topic": Arg(_STRING), "partition": Arg(_INT32, optional=True)},
-    "delete_records": {
-        "partitions": Arg(
-            _ListOf(
-                "a list of {topic, partition, offset} objects",
-                _Object(
-                    "an object of topic, partition and offset",
-                    (("topic", _STRING), ("partition", _INT32), ("offset", _INT64)),
-                ),
-            )
-        )
+    "delete_records": {"partitions": Arg(_PARTITION_OFFSETS)},
+    "list_groups": {},
+    "describe_group": {"group": Arg(_STRING)},
+    "commit_offsets": {
+        "group": Arg(_STRING),
+        "offsets": Arg(_PARTITION_OFFSETS),
+        "member_id": Arg(_STRING, optional=True),
+        "metadata": Arg(_STRING, optional=True),
     },
+    "reset_offsets": {"group": Arg(_STRING), "offsets": Arg(_PARTITION_OFFSETS)},
+    "delete_group": {"group": Arg(_STRING)},
+    "join_group": {
+        "group": Arg(_STRING),
+        "topic": Arg(_STRING),
+        "partitions": Arg(_ListOf("a list of partition numbers", _INT32)),
+        "client_id": Arg(_STRING),
+        "host": Arg(_STRING, optional=True),
+        "pid": Arg(_INT32, optional=True),
+    },
+    "heartbeat": {"group": Arg(_STRING), "member_id": Arg(_STRING)},
+    "leave_group": {"group": Arg(_STRING), "member_id": Arg(_STRING)},
 }
 """Each op's arguments: the wire schema ``parse_request`` enforces. The engine checks
 what the values mean (names, counts, configs) and answers with its own errors."""

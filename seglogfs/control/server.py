@@ -54,7 +54,7 @@ from typing import Any, Final
 
 import trio
 
-from storage import LogManager, StickyPartitioner, StorageError
+from storage import LogManager, OffsetStore, StickyPartitioner, StorageError
 
 from ..producer import append_records
 from .config import ControlConfig
@@ -67,6 +67,7 @@ from .protocol import (
     describe_result,
     error_header,
     frame,
+    group_result,
     parse_header,
     parse_partition_offsets,
     parse_request,
@@ -153,7 +154,48 @@ class _Handlers:
             except ValueError as exc:
                 raise ControlError("ProtocolError", str(exc)) from None
             return await self.run_sync(delete_records, manager, partitions)
+        if op in _GROUP_OPS:
+            return await self.run_sync(self._group_op, op, args)
         raise ControlError("ProtocolError", f"unknown op {op!r}")
+
+    def _group_op(self, op: str, args: dict[str, Any]) -> object:
+        # The daemon's one store (OffsetStore.shared): the mount's P@group= views and
+        # these requests see the same members and commits.
+        store = OffsetStore.shared(self.manager)
+        group: str = args.get("group") or ""
+        if op == "list_groups":
+            return store.list_groups()
+        if op == "describe_group":
+            return group_result(store.describe_group(group))
+        if op == "delete_group":
+            store.delete_group(group)
+            return None
+        if op == "join_group":
+            member_id, partitions = store.join(
+                group,
+                args["topic"],
+                args["partitions"],
+                client_id=args["client_id"],
+                host=args["host"] or "localhost",
+                pid=args["pid"],
+            )
+            return {"member_id": member_id, "partitions": partitions}
+        if op == "heartbeat":
+            return store.heartbeat(group, args["member_id"])
+        if op == "leave_group":
+            store.leave(group, args["member_id"])
+            return None
+        try:
+            offsets = {(t, p): o for t, p, o in parse_partition_offsets(args["offsets"])}
+        except ValueError as exc:
+            raise ControlError("ProtocolError", str(exc)) from None
+        if op == "reset_offsets":
+            store.reset_offsets(group, offsets)
+        else:
+            store.commit(
+                group, offsets, member_id=args["member_id"], metadata=args["metadata"] or ""
+            )
+        return None
 
     def _produce(self, topic: str, partition: int | None, payload: bytes) -> object:
         # A compressed payload (this client never sends one) inflates to at most what
@@ -183,6 +225,20 @@ class _Handlers:
                 partitioner=sticky,
             )
         return [list(entry) for entry in written]
+
+
+_GROUP_OPS = frozenset(
+    {
+        "list_groups",
+        "describe_group",
+        "commit_offsets",
+        "reset_offsets",
+        "delete_group",
+        "join_group",
+        "heartbeat",
+        "leave_group",
+    }
+)
 
 
 class _Throttled:

@@ -53,12 +53,10 @@ get/set operations the GIL keeps atomic.
 
 from __future__ import annotations
 
+from .group_view import GroupViews
 from .handler import enable_request_logging
-from .namespace import Namespace
 from .nodes import BLOCK_SIZE, PRODUCE_FILE, XATTR_PREFIX, Kind, Node
-from .read_path import ReadPath
 from .state import RunSync
-from .write_path import WritePath
 
 __all__ = [
     "BLOCK_SIZE",
@@ -72,7 +70,8 @@ __all__ = [
 ]
 
 
-class Operations(Namespace, ReadPath, WritePath):
+class Operations(GroupViews):
     """The pyfuse3 handlers of one mount: the namespace and attributes
     (``namespace``), the read path (``read_path``) and the write path
-    (``write_path``) over one shared ``MountState``. See the module docstring."""
+    (``write_path``) over one shared ``MountState``, with consumer groups' views
+    (``group_view``). See the module docstring."""

@@ -11,6 +11,12 @@
   every record is older). A number of 13 or more digits is epoch milliseconds: offsets
   that large (10^12 records in one partition) do not occur, times since 2001 do.
 
+- ``group=NAME``: where consumer group NAME's committed offset is (``group_view``); a
+  group without one (or one outside the log) starts at the log end, as Kafka's
+  ``auto.offset.reset=latest``; ``group:earliest=NAME``, ``group:latest=NAME`` and
+  ``group:none=NAME`` choose that rule (``none``: no such view without an offset). NAME
+  is everything after the first ``=``: any group id a file name can hold.
+
 Numbers are Kafka's longs: one past ``Long.MAX_VALUE`` names nothing (no offset, count
 or time that large exists), so such a name is not a view (``ENOENT``), however many
 digits it has.
@@ -29,6 +35,7 @@ __all__ = ["ViewName", "parse_view_name", "resolve_offset"]
 
 _VIEW = re.compile(r"(0|[1-9][0-9]{0,9})@(.+)")
 _EPOCH_MS_DIGITS = 13
+_RESETS = ("earliest", "latest", "none")
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,8 @@ class ViewName:
     last: int | None = None  # -N
     offset: int | None = None
     timestamp: int | None = None  # epoch milliseconds
+    group: str | None = None  # group=NAME
+    reset: str = "latest"  # group:RULE=NAME
 
 
 def parse_view_name(name: str) -> ViewName | None:
@@ -53,6 +62,12 @@ def parse_view_name(name: str) -> ViewName | None:
         return None
     partition = int(match.group(1))
     where = match.group(2)
+    if where.startswith("group"):
+        prefix, equals, group = where.partition("=")
+        rule = "latest" if prefix == "group" else prefix.removeprefix("group:")
+        if not equals or not group or rule not in _RESETS or prefix == f"group{rule}":
+            return None
+        return ViewName(partition, group=group, reset=rule)
     if where in ("earliest", "latest"):
         return ViewName(partition, named=where)
     if where[:1] == "-" and where[1:].isdigit():
@@ -91,6 +106,6 @@ def resolve_offset(log: Log, view: ViewName) -> int | None:
         return max(start, end - view.last)
     if view.offset is not None:
         return None if view.offset > end else max(start, view.offset)
-    assert view.timestamp is not None
+    assert view.timestamp is not None, "a group view resolves through group_view"
     found = log.offset_for_timestamp(view.timestamp)
     return end if found is None else max(start, found)
