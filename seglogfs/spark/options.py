@@ -202,6 +202,7 @@ class ReadOptions:
     max_offsets_per_trigger: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
+    commit_group: str | None = None  # streaming: commit progress to this consumer group
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
@@ -209,9 +210,10 @@ class ReadOptions:
 
         Defaults: ``startingOffsets`` earliest for batch, latest for streaming;
         ``endingOffsets`` latest (batch only); ``failOnDataLoss`` true;
-        ``includeHeaders`` false. Options Kafka takes but seglog has no use for
-        (``kafka.*``, ``groupIdPrefix``, ...) are ignored, so a Kafka pipeline changes
-        only its format and path.
+        ``includeHeaders`` false; ``commitOffsets`` false (``true``: a streaming
+        query commits its progress to the group ``kafka.group.id``). Other options
+        Kafka takes but seglog has no use for (``kafka.*``, ``groupIdPrefix``, ...) are
+        ignored, so a Kafka pipeline changes only its format and path.
 
         Raises:
             OptionError: a missing path or subscription, or a value Kafka refuses.
@@ -262,8 +264,25 @@ class ReadOptions:
             max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger"),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             include_headers=_bool(options, "includeHeaders", False),
+            commit_group=_commit_group(options, streaming),
         )
         return result
+
+
+def _commit_group(options: Mapping[str, str], streaming: bool) -> str | None:
+    # commitOffsets=true: a streaming query also commits its progress to the consumer
+    # group kafka.group.id (its offsets stay in Spark's checkpoint either way). Kafka's
+    # own source never commits; the group is named as Kafka's options name it.
+    if not _bool(options, "commitOffsets", False):
+        return None
+    if not streaming:
+        raise OptionError(
+            "commitOffsets", options.get("commitoffsets"), "only streaming queries commit"
+        )
+    group = options.get("kafka.group.id", "")
+    if not group:
+        raise OptionError("kafka.group.id", None, "commitOffsets=true needs the group to commit to")
+    return group
 
 
 def partition_counts(manager: LogManager) -> dict[str, int]:

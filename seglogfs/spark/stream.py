@@ -16,6 +16,8 @@ that failed is replayed with the same offsets: Spark's exactly-once contract).
   offset, as in Kafka.
 - ``failOnDataLoss``: offsets of a checkpoint that retention removed since, or a log
   now shorter than the checkpoint, raise ``DataLossError`` (or are skipped).
+- ``commitOffsets=true`` with ``kafka.group.id``: each finished micro-batch's end is
+  also committed to that consumer group (``group_commit``), for ``groups describe``.
 
 Thread-safety: Spark calls one reader from one thread. Tasks get a pickled copy that
 holds only the options and the projection.
@@ -40,6 +42,7 @@ from storage import LogManager
 
 from .arrow import Projection
 from .errors import DataLossError
+from .group_commit import commit_progress
 from .options import (
     PartitionOffsets,
     ReadOptions,
@@ -174,7 +177,10 @@ class SeglogStreamReader(UnpickledInTasks, DataSourceStreamReader, SupportsTrigg
         )
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: the offsets live in Spark's checkpoint, not in the log."""
+        """The offsets live in Spark's checkpoint; with ``commitOffsets`` the end of
+        each finished micro-batch also goes to the consumer group (``group_commit``)."""
+        if self.opts.commit_group is not None:
+            commit_progress(self.opts.log_dir, self.opts.commit_group, from_json_offsets(end))
 
     def stop(self) -> None:
         if self._view is not None:
