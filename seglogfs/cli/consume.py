@@ -207,14 +207,15 @@ class _Consumer:
                     if batch.is_control:
                         position = batch.next_offset
                         continue
-                    if self.json_format:
-                        n, position = self._write_json(batch, partition, position)
-                    elif self.key_delimiter is not None:
-                        n, position = self._write_keyed(batch, position, self.key_delimiter)
-                    else:
-                        n, position = self._write_rendered(batch, position)
-                    written += n
-                    self.positions[partition] = position
+                    with _INTERRUPTS.whole_batch():
+                        if self.json_format:
+                            n, position = self._write_json(batch, partition, position)
+                        elif self.key_delimiter is not None:
+                            n, position = self._write_keyed(batch, position, self.key_delimiter)
+                        else:
+                            n, position = self._write_rendered(batch, position)
+                        written += n
+                        self.positions[partition] = position
                     if self.on_progress is not None:
                         self.on_progress()
             except SegmentDeletedError:
@@ -508,19 +509,51 @@ def _signals_held() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-@contextlib.contextmanager
-def _terminate_as_exit() -> Iterator[None]:
-    """SIGTERM ends the command as ``SystemExit(143)``, so its ``finally`` blocks run
-    (a group's last commit) as they do for Ctrl-C."""
+class _Interrupts:
+    """``SIGINT`` ends the command as ``KeyboardInterrupt`` (exit 130), ``SIGTERM`` as
+    ``SystemExit(143)``, so that its ``finally`` blocks run (a group's last commit); a
+    signal that arrives while a batch's records are written and its position recorded
+    (``whole_batch``) takes effect right after, so that a record written is a record
+    committed. Not thread-safe (signals run in the main thread, as consume does)."""
 
-    def stop(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
+    def __init__(self) -> None:
+        self.holding = False
+        self.pending: int | None = None
 
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    def handle(self, signum: int, _frame: object) -> None:
+        if self.holding:
+            self.pending = signum
+            return
+        _interrupt(signum)
+
+    @contextlib.contextmanager
+    def whole_batch(self) -> Iterator[None]:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if self.pending is not None:
+            signum, self.pending = self.pending, None
+            _interrupt(signum)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        previous = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def _interrupt(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)
+
+
+_INTERRUPTS = _Interrupts()
 
 
 def add_parser(commands: argparse._SubParsersAction[Parser], shared: Parents) -> None:
@@ -578,5 +611,5 @@ def add_parser(commands: argparse._SubParsersAction[Parser], shared: Parents) ->
 
 
 def _handler(args: argparse.Namespace) -> int:
-    with _terminate_as_exit():
+    with _INTERRUPTS.installed():
         return _cmd_consume(args)
