@@ -17,7 +17,9 @@ The rules (``seglogfs/__init__.py`` states them for readers):
   control socket's server, Spark, trio or pyfuse3;
 - the control socket's protocol and client import no trio (the command line uses them);
 - Spark imports neither the daemon nor the command line nor the control server;
-- the daemon imports neither the command line nor Spark.
+- the daemon imports neither the command line nor Spark;
+- the Kafka listener (``seglogfs.kafka``, run in the daemon's nursery) imports the
+  engine, trio and kio, and no other face (nor pyfuse3).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class Rule:
     runtime: bool = True
 
 
-FACES = ("seglogfs.daemon", "seglogfs.cli", "seglogfs.control", "seglogfs.spark")
+FACES = ("seglogfs.daemon", "seglogfs.cli", "seglogfs.control", "seglogfs.kafka", "seglogfs.spark")
 RULES = (
     Rule("storage", "storage", ("seglogfs", "trio", "pyfuse3", "pyspark")),
     Rule(
@@ -79,6 +81,11 @@ RULES = (
         ("seglogfs.daemon", "seglogfs.cli", "seglogfs.control.server", "trio", "pyfuse3"),
     ),
     Rule("daemon", "seglogfs.daemon", ("seglogfs.cli", "seglogfs.spark", "pyspark")),
+    Rule(
+        "kafka",
+        "seglogfs.kafka",
+        ("seglogfs.daemon", "seglogfs.cli", "seglogfs.control", "seglogfs.spark", "pyfuse3"),
+    ),
 )
 
 

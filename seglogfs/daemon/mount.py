@@ -55,6 +55,7 @@ from storage import (
 
 from ..control import server as control_server
 from ..control.config import ControlConfig
+from ..kafka.config import KafkaConfig
 from ..open_files_limit import raise_open_files_limit
 from ..positions import position_index_spec
 from ..setup_check import (
@@ -154,6 +155,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the control socket's socket.request.max.bytes, max.connections, ...)",
     )
     parser.add_argument("--debug", action="store_true", help="log every request (verbose)")
+    parser.add_argument(
+        "--kafka",
+        metavar="HOST:PORT",
+        help="serve Kafka's wire protocol there too (off by default; no host: 127.0.0.1; "
+        "also listeners=PLAINTEXT://HOST:PORT in --config)",
+    )
+    parser.add_argument(
+        "--kafka-advertised",
+        metavar="HOST:PORT",
+        help="the address Kafka clients are told to connect to (default: --kafka's)",
+    )
 
 
 def _configure_logging(debug: bool) -> None:
@@ -192,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         check_log_dir(log_dir, must_exist=options.read_only)
         check_apart(log_dir, mountpoint)
         broker, control_config, read_ahead_bytes = _settings(args.config)
+        kafka_config = _kafka_settings(args)
     except SetupError as exc:
         _error(str(exc))
         return 2 if exc.usage else 1
@@ -214,7 +227,9 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
     try:
-        _mount_and_serve(log_dir, mountpoint, manager, options, control_config, read_ahead_bytes)
+        _mount_and_serve(
+            log_dir, mountpoint, manager, options, control_config, read_ahead_bytes, kafka_config
+        )
     except _MountError as exc:
         _error(str(exc))
         return 1
@@ -248,6 +263,20 @@ def _settings(config: Path | None) -> tuple[BrokerConfig | None, ControlConfig, 
         raise config_file_error(config, "--config", exc) from None
 
 
+def _kafka_settings(args: argparse.Namespace) -> KafkaConfig | None:
+    """The Kafka listener's settings (``--kafka``, ``--kafka-advertised``, ``listeners``
+    and ``advertised.listeners`` in ``--config``); None: no listener.
+
+    Raises:
+        SetupError: the file cannot be read (exit 1) or has a bad value (exit 2).
+    """
+    properties = {} if args.config is None else read_config_file(args.config, "--config")
+    try:
+        return KafkaConfig.from_settings(properties, args.kafka, args.kafka_advertised)
+    except ConfigError as exc:
+        raise SetupError(str(exc), usage=True) from None
+
+
 def _mount_and_serve(
     log_dir: Path,
     mountpoint: Path,
@@ -255,6 +284,7 @@ def _mount_and_serve(
     options: MountOptions,
     control_config: ControlConfig,
     read_ahead_bytes: int,
+    kafka_config: KafkaConfig | None = None,
 ) -> None:
     with contextlib.ExitStack() as stack:
         mounted = _Mounted()
@@ -287,7 +317,7 @@ def _mount_and_serve(
             mountpoint,
             "read-only" if options.read_only else "read-write",
         )
-        trio.run(_serve, ops, manager, bridge, options, control_config)
+        trio.run(_serve, ops, manager, bridge, options, control_config, kafka_config)
 
 
 class _Mounted:
@@ -325,6 +355,7 @@ async def _serve(
     bridge: _ThreadBridge,
     options: MountOptions,
     control_config: ControlConfig,
+    kafka_config: KafkaConfig | None = None,
 ) -> None:
     async with trio.open_nursery() as nursery:
         renderer = _start_renderer()
@@ -349,6 +380,20 @@ async def _serve(
                 logger.error(
                     "control socket unavailable (%s): seglogfs topics/produce "
                     "cannot write while this mount runs",
+                    exc,
+                )
+        if kafka_config is not None:
+            # Imported only when asked for: it loads kio (Kafka's message types).
+            from ..kafka import server as kafka_server
+
+            try:
+                await nursery.start(kafka_server.serve, manager, bridge, kafka_config)
+            except OSError as exc:
+                # As the control socket: the mount is still worth having.
+                logger.error(
+                    "kafka listener unavailable on %s:%d (%s)",
+                    kafka_config.host,
+                    kafka_config.port,
                     exc,
                 )
         sd_notify.notify("READY=1")
