@@ -50,7 +50,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from seglogfs.positions import position_index_spec
+from seglogfs.positions import Rendering, position_index_spec
 from seglogfs.setup_check import check_log_dir, log_dir_error
 from storage import CorruptRecordError, RecordBatch, StorageError, TopicMetadata, iter_batches
 from storage.log.checkpoint import read_extension_start_checkpoint, read_offset_checkpoint
@@ -64,7 +64,6 @@ from storage.log.file_names import (
 )
 from storage.log.log_loader import holes_are_damage
 from storage.log.topic import read_topics_document
-from storage.record.render import rendered_size
 
 from .common import (
     EXIT_ERROR,
@@ -73,6 +72,8 @@ from .common import (
     Parents,
     Parser,
     UsageError,
+    silence_stdout,
+    stdout_reader_gone,
 )
 
 POSITION_INDEX_SUFFIX = ".seglogpos"
@@ -221,11 +222,12 @@ class _PartitionVerifier:
         bar: tqdm,
     ) -> None:
         self.directory = directory
-        self.raw = metadata.format == "raw"
+        # The position index's units: this partition's rendered bytes (a json topic's
+        # records name their partition, the number after the directory's last '-').
+        partition = int(directory.name.rpartition("-")[2])
+        self.rendering = Rendering.of(metadata, partition)
         self.start_checkpoint = directory / position_index_spec(metadata).start_checkpoint_name
         self.checkpointed_start: tuple[int, int] | None = None  # read by ``run``
-        separator = metadata.key_separator
-        self.separator = separator.encode() if separator is not None else None
         self.compact = "compact" in metadata.overrides.get("cleanup.policy", "delete").split(",")
         self.writer = writer
         self.problems = problems
@@ -321,6 +323,16 @@ class _PartitionVerifier:
                 f"the previous segment holds offsets up to {previous.next_offset - 1}, "
                 f"at or past this segment's base offset {base}",
             )
+            if previous.batches:
+                # Named in the segment that holds them too: a base offset damaged
+                # upwards (outside the CRC) makes its batch reach past the segment.
+                final = previous.batches[-1]
+                self.problem(
+                    previous.log_path,
+                    final.position,
+                    f"batch offsets {final.base_offset}..{final.last_offset} reach the next "
+                    f"segment's base offset {base}",
+                )
         if indexes[".index"] is not None:
             self.check_offset_index(segment, indexes[".index"])
         if indexes[".timeindex"] is not None:
@@ -372,7 +384,7 @@ class _PartitionVerifier:
             return
         try:
             base_offset = batch.base_offset
-            units = rendered_size(batch, raw=self.raw, key_separator=self.separator)
+            units = self.rendering.measure(batch)
         except CorruptRecordError as exc:
             self.problem(path, position, f"records do not decode: {exc.reason}")
             return
@@ -391,6 +403,19 @@ class _PartitionVerifier:
                 f"batch offset {base_offset} does not follow the previous batch's last "
                 f"offset {segment.next_offset - 1}",
             )
+            batches = segment.batches
+            before = batches[-2].last_offset if len(batches) > 1 else segment.base_offset - 1
+            if batches[-1].base_offset > before + 1:
+                # The previous batch left a gap, and this one starts inside its offsets:
+                # a base offset damaged upwards (outside the CRC) makes both, so the
+                # previous batch is named too (``storage.log.segment.gap_disproved``).
+                self.problem(
+                    path,
+                    batches[-1].position,
+                    f"batch offsets {batches[-1].base_offset}..{batches[-1].last_offset} "
+                    f"leave out offsets {before + 1}..{batches[-1].base_offset - 1}, but "
+                    f"the next batch starts at offset {base_offset}",
+                )
         if last_offset < base_offset:
             self.problem(path, position, f"last offset {last_offset} below base {base_offset}")
         if last_offset - segment.base_offset > _INT32_MAX:
@@ -550,7 +575,7 @@ __all__ = ["POSITION_INDEX_SUFFIX", "Problem", "verify_log_dir"]
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    value = args.log_dir_positional or args.log_dir or os.environ.get(LOG_DIR_ENV)
+    value = args.log_dir_positional or getattr(args, "log_dir", None) or os.environ.get(LOG_DIR_ENV)
     if not value:
         raise UsageError(f"no log directory: give LOGDIR, -d/--log-dir or set {LOG_DIR_ENV}")
     log_dir = Path(value)
@@ -559,10 +584,20 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         problems = verify_log_dir(log_dir, progress=not args.quiet and sys.stderr.isatty())
     except PermissionError as exc:
         raise log_dir_error(log_dir, exc, writing=False) from None
-    for problem in problems:
-        print(problem)
+    try:
+        for problem in problems:
+            print(problem)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        if not stdout_reader_gone():
+            raise
+        # ``verify | head``: end quietly, but the problems exist: still exit 1, so a
+        # script's ``set -o pipefail`` never takes a damaged directory for a clean one.
+        silence_stdout()
+        return EXIT_ERROR
     if problems:
-        print(f"{len(problems)} problem(s) found in {log_dir}", file=sys.stderr)
+        if not args.quiet:  # -q: the problem lines and the exit code say it all
+            print(f"{len(problems)} problem(s) found in {log_dir}", file=sys.stderr)
         return EXIT_ERROR
     if not args.quiet:
         print(f"{log_dir}: no problems found", file=sys.stderr)

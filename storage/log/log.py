@@ -14,6 +14,7 @@ removed by retention stay readable for ``file.delete.delay.ms`` (a read in progr
 holds its descriptor; a new one opens the ``.deleted`` file) so that a read in
 progress can finish; a read still in a segment after that raises
 ``SegmentDeletedError`` (an ``OffsetOutOfRangeError``: reposition at the log start).
+Their descriptors and mappings are released at the rename, not held for the delay.
 
 Descriptors: a writable log pins its active segment (its files stay open and mapped);
 every other segment's files are opened on use and released when the process has more
@@ -45,6 +46,8 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
     CorruptRecordError,
     InvalidOffsetError,
+    InvalidRecordError,
+    LogCleaningAbortedError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     RecordTooLargeError,
@@ -67,12 +70,20 @@ from ..record.record_batch import (
 )
 from ..record.record_columns import RecordColumns
 from .checkpoint import write_extension_start_checkpoint
+from .cleaner import Cleaner, CleanerStats, CleaningStep, StepHook
+from .cleaner_manager import cleanable_offsets
 from .extension_index import ExtensionIndexSpec
-from .file_names import DELETED_FILE_SUFFIX, parse_topic_partition_name
+from .file_names import (
+    CLEANED_FILE_SUFFIX,
+    DELETED_FILE_SUFFIX,
+    SWAP_FILE_SUFFIX,
+    parse_topic_partition_name,
+)
 from .log_config import LogConfig
 from .log_loader import load_log, refresh_segments
 from .log_segments import LogSegments
-from .segment import AppendedBatch, LogSegment
+from .offset_map import OffsetMap
+from .segment import AppendedBatch, LogSegment, gap_disproved
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +97,59 @@ CorruptRangeHandler = Callable[[CorruptRecordError, int], None]
 SegmentPredicate = Callable[[LogSegment, "LogSegment | None"], bool]
 """A retention rule: is this segment (followed by that one, None for the active
 segment) deletable? Kafka's ``shouldDelete``."""
+
+_RELATIVE_OFFSETS = 1 << 31
+"""A segment holds offsets below its base offset plus this: index entries store them
+relative to it in 32 bits (Kafka's ``LogSegment.ensureOffsetInRange``)."""
+
+
+def _misplaced(
+    batch: RecordBatch, expected: int, segment_base: int, limit: int, *, first: bool
+) -> str | None:
+    """Why ``batch``'s offsets cannot be where a read meets it (None: they can, unless
+    a gap before it is disproved: ``segment.gap_disproved``).
+
+    A v2 batch's base offset lies outside its CRC (Kafka's too: the CRC starts at the
+    attributes), so a flipped bit there would serve every record of the batch under a
+    wrong offset. Its offsets must lie in its segment (at or above the segment's base
+    offset, below ``limit``: the next segment's base offset or the 32-bit relative
+    range) and go on from ``expected``, the offset after the last one served (at it,
+    or past it where compaction removed batches). The first batch of a read may start
+    before ``expected`` (the read starts inside it). Legacy entries are checked on
+    their last offset only: a compressed wrapper's first offset costs a decompression.
+
+    Cost: a few comparisons of header fields.
+    """
+    last = batch.last_offset
+    if last < expected:
+        return f"offsets up to {last} go back (the read is at offset {expected})"
+    if last >= limit:
+        return f"offset {last} is past the segment's offsets (which end below {limit})"
+    if batch.magic < MAGIC_V2:
+        return None
+    base = batch.base_offset
+    if base < segment_base or base > last:
+        return f"offsets {base}..{last} are not the segment's (it starts at {segment_base})"
+    if not first and base < expected:
+        return f"offsets {base}..{last} go back (the read is at offset {expected})"
+    return None
+
+
+def _framed(scan: Iterator[RecordBatch]) -> Iterator[RecordBatch | CorruptRecordError]:
+    """The batches of ``scan``, then the ``CorruptRecordError`` that ended it, if any:
+    a read that looks one batch ahead keeps the error for when it gets there."""
+    try:
+        yield from scan
+    except CorruptRecordError as exc:
+        yield exc
+
+
+def _offset_span(batch: RecordBatch) -> int:
+    """How many offsets ``batch`` spans by its last offset delta (covered by the CRC,
+    unlike its base offset); 1 for a legacy entry."""
+    if batch.magic < MAGIC_V2:
+        return 1
+    return batch.last_offset - batch.base_offset + 1
 
 
 @dataclass(frozen=True)
@@ -297,6 +361,8 @@ class Log:
 
         Raises:
             RecordTooLargeError: a single record's batch exceeds ``max.message.bytes``.
+            InvalidRecordError: a record without a key in a compacted log (Kafka's
+                rule); nothing was appended.
             OSError: the write failed, or a page of an index the append writes had no
                 block (``ENOSPC``: a full disk); nothing was appended.
             ReadOnlyLogError: the log is read-only or closed.
@@ -306,6 +372,8 @@ class Log:
             raise ValueError("append needs at least one record")
         with self._lock:
             self._check_writable()
+            if self.config.compact and (keys is None or None in keys):
+                raise self._keyless()
             now = self.clock.milliseconds()
             timestamp_type = self._timestamp_type
             if timestamps is None or timestamp_type is TimestampType.LOG_APPEND_TIME:
@@ -328,6 +396,14 @@ class Log:
                         for batch, part in zip(appended, data_parts, strict=True)
                     ]
             return self._append_built(base_offset, data_parts, appended, n, now)
+
+    def _keyless(self, position: int = -1) -> InvalidRecordError:
+        # Kafka's LogValidator.validateKey: the latest value of no key is no value.
+        return InvalidRecordError(
+            "Compacted topic cannot accept message without key in topic partition "
+            f"{self.topic}-{self.partition}.",
+            position,
+        )
 
     @property
     def _codec(self) -> CompressionType:
@@ -398,7 +474,8 @@ class Log:
         Raises:
             CorruptRecordError: a batch is partial, not v2, or fails its CRC.
             RecordTooLargeError: a batch exceeds ``max.message.bytes``.
-            InvalidRecordError: a producer batch breaks a ``LogValidator`` rule.
+            InvalidRecordError: a producer batch breaks a ``LogValidator`` rule (in a
+                compacted log: a record without a key).
             InvalidOffsetError: without ``assign_offsets``, offsets do not follow the log end.
             OSError: as ``append`` (``ENOSPC``); nothing was appended.
             ReadOnlyLogError: the log is read-only or closed.
@@ -418,6 +495,8 @@ class Log:
             for batch in iter_batches(data):
                 if assign_offsets:
                     batch = validate_client_batch(batch, limit)
+                    if self.config.compact and None in batch.columns().keys:
+                        raise self._keyless(batch.position)
                 elif batch.magic != MAGIC_V2 or not batch.is_valid():
                     raise CorruptRecordError(
                         "batch is not a valid v2 batch", position=batch.position
@@ -667,14 +746,16 @@ class Log:
         their descriptors stay open; later segments are picked up as they appear.
 
         Damage is never passed over in silence: a batch that fails its CRC, whose
-        offsets go back, or that its segment cannot hold (outside the unflushed tail:
-        see ``Tail``; a sealed segment never has one) raises ``CorruptRecordError``
-        naming its file, byte position and the first offset not served; the batches
-        before it were served. With ``on_corrupt`` the read instead reports the damage
-        there and goes on at the next batch it can frame: the one after a batch that
-        fails its CRC; after damaged framing, the first batch an offset-index entry
-        names past it, else the next segment (else the log end). Kafka has no such
-        mode; it is Spark's ``failOnDataLoss=false``.
+        offsets are not where it lies (``_misplaced``: they go back, leave its segment,
+        or, where holes are damage, do not follow the offsets before), or that its
+        segment cannot hold (outside the unflushed tail: see ``Tail``; a sealed segment
+        never has one) raises ``CorruptRecordError`` naming its file, byte position and
+        the first offset not served; the batches before it were served. With
+        ``on_corrupt`` the read instead reports the damage there and goes on at the
+        next batch it can frame: the one after a damaged batch (which may start past
+        the offsets it claimed); after damaged framing, the first batch an
+        offset-index entry names past it, else the next segment (else the log end).
+        Kafka has no such mode; it is Spark's ``failOnDataLoss=false``.
 
         Cost: O(log n) to position (segment bisection, index lookup), then sequential.
 
@@ -692,22 +773,36 @@ class Log:
             first = self.segments.first_segment
             assert first is not None
             raise self._deleted(first, offset)
+        # The first batch of the read holds ``start_offset`` (it may start before it);
+        # every later one goes on from the offset after the last one served.
+        first_batch = True
+        after_damage = False
         while True:
             following = self.segments.higher_segment(segment.base_offset)
             tail = Tail.ACTIVE if following is None else Tail.SEALED
+            # Offsets a batch of this segment may hold lie below ``limit``: the next
+            # segment's base offset, and 32 bits relative to this one's.
+            limit = segment.base_offset + _RELATIVE_OFFSETS
+            if following is not None:
+                limit = min(limit, following.base_offset)
             try:
-                scan = segment.batches_from(offset, tail=tail)
+                items = _framed(segment.batches_from(offset, tail=tail))
+                # The item after a batch after a gap, read ahead to judge that batch.
+                ahead: RecordBatch | CorruptRecordError | None = None
+                peeked = False
                 while True:
-                    try:
-                        batch = next(scan, None)
-                    except CorruptRecordError as exc:
+                    if peeked:
+                        item, ahead, peeked = ahead, None, False
+                    else:
+                        item = next(items, None)
+                    if isinstance(item, CorruptRecordError):
                         # Damaged framing: this scan can go no further.
                         error = CorruptRecordError(
-                            exc.reason, segment.path, exc.position, offset=offset
+                            item.reason, segment.path, item.position, offset=offset
                         )
                         if on_corrupt is None:
                             raise error from None
-                        resume = segment.resume_after(exc.position, tail)
+                        resume = segment.resume_after(item.position, tail)
                         if resume is None:
                             later = self.segments.higher_segment(segment.base_offset)
                             offset = self._next_offset if later is None else later.base_offset
@@ -715,8 +810,9 @@ class Log:
                             break
                         on_corrupt(error, resume[1])
                         offset = resume[1]
-                        scan = segment.batches(resume[0], tail=tail)
+                        items = _framed(segment.batches(resume[0], tail=tail))
                         continue
+                    batch = item
                     if batch is None:
                         if tail is Tail.ACTIVE:
                             later = self.segments.higher_segment(segment.base_offset)
@@ -725,23 +821,50 @@ class Log:
                                 # active one: a batch this reader took for the writer's
                                 # append in flight is whole now (or damage).
                                 tail = Tail.SEALED
-                                scan = segment.batches_from(offset, tail=tail)
+                                limit = min(limit, later.base_offset)
+                                items = _framed(segment.batches_from(offset, tail=tail))
                                 continue
                         break
-                    if batch.last_offset < offset:
-                        problem = f"offsets {batch.base_offset}..{batch.last_offset} go back"
+                    base = segment.base_offset
+                    problem = _misplaced(batch, offset, base, limit, first=first_batch)
+                    if (
+                        problem is None
+                        and not after_damage
+                        and batch.magic >= MAGIC_V2
+                        and batch.base_offset > offset
+                    ):
+                        # A gap: only compaction makes one, and a damaged base offset
+                        # (outside the CRC) too. The next batch tells them apart.
+                        ahead, peeked = next(items, None), True
+                        problem = gap_disproved(
+                            batch,
+                            offset - 1,
+                            None if isinstance(ahead, CorruptRecordError) else ahead,
+                            limit if following is not None else self._active_end(limit),
+                        )
+                    if problem is not None:
+                        # Its offsets are not to be trusted: the first one not served
+                        # is the one expected, and the batch spans as many offsets as
+                        # its (CRC-covered) last offset delta says.
+                        error_offset = offset
+                        resume_at = min(offset + max(_offset_span(batch), 1), limit)
                     elif check_crc and not batch.is_valid():
+                        # Not its base offset: outside the CRC, damaged too maybe.
                         problem = "CRC mismatch"
+                        error_offset = offset
+                        resume_at = max(offset, min(batch.next_offset, limit))
                     else:
                         yield batch
                         offset = batch.next_offset
+                        first_batch = after_damage = False
                         continue
                     error = CorruptRecordError(
-                        problem, segment.path, batch.position, offset=max(offset, batch.base_offset)
+                        problem, segment.path, batch.position, offset=error_offset
                     )
                     if on_corrupt is None:
                         raise error
-                    offset = max(offset, batch.next_offset)
+                    offset = resume_at
+                    first_batch, after_damage = False, True
                     on_corrupt(error, offset)
             except SegmentDeletedError:
                 raise self._deleted(segment, offset) from None
@@ -754,6 +877,14 @@ class Log:
                 raise self._deleted(segment, offset)
             offset = max(offset, following.base_offset)
             segment = following
+            first_batch = False
+
+    def _active_end(self, limit: int) -> int:
+        """The offsets the active segment holds end below this: the log end offset,
+        read under the lock (an append in flight has its bytes in the file before it
+        moves the log end; the lock waits for it), within ``limit``."""
+        with self._lock:
+            return min(limit, self._next_offset)
 
     def record_columns(
         self, start_offset: int, end_offset: int | None = None
@@ -940,6 +1071,21 @@ class Log:
                 )
                 _delete_segment_files(segment)
             else:
+                # Its descriptors and mappings go now, not after the delay: under
+                # churn (a roll and a deletion a second) they would pile up for
+                # file.delete.delay.ms (60 s), 4 a segment, and fill the bound of open
+                # segments. Released, not closed, as the least recently used are: a
+                # scan under way reads on through its own duplicate of the descriptor,
+                # a lookup through the mapping it holds (dropped, not unmapped); a read
+                # that starts in the segment during the delay opens the ``.deleted``
+                # file again by name (and it joins the bound again), one after the
+                # unlink raises SegmentDeletedError. Never another file's bytes: a
+                # reopen checks the inode.
+                segment.open_segments.discard(segment)
+                try:
+                    segment.release_handles()
+                except OSError as exc:  # a close that failed: the descriptor is gone anyway
+                    logger.warning("%s: releasing deleted segment: %s", segment.path, exc)
                 self._pending_deletes.append((due, segment))
             # Oldest first, each durable before the next: a power cut must never keep a
             # later segment's rename and lose an earlier one's (the older segment would
@@ -995,6 +1141,125 @@ class Log:
             if offset > self._next_offset:
                 raise OffsetOutOfRangeError(offset, self.log_start_offset, self._next_offset)
             self.log_start_offset = max(self.log_start_offset, offset)
+
+    # -- compaction (storage/log/cleaner.py does the work) -----------------------------
+
+    def clean(
+        self,
+        offset_map: OffsetMap,
+        *,
+        first_dirty_offset: int | None = None,
+        on_step: StepHook | None = None,
+    ) -> tuple[int, CleanerStats]:
+        """Run one cleaning pass (Kafka's log compaction) from ``first_dirty_offset``
+        (the cleaner checkpoint; None: the log start); return the first offset not
+        cleaned (the next pass's first dirty offset) and what the pass did.
+
+        Cleans up to the first uncleanable offset (the active segment, the first
+        segment younger than ``min.compaction.lag.ms``) or as far as ``offset_map``
+        holds keys; a log with more keys is cleaned in several passes. Any log may be
+        cleaned, whatever its ``cleanup.policy`` (the manager picks the compacted ones).
+        Appends and reads go on meanwhile; the lock is taken for each swap only.
+
+        Cost: see ``storage/log/cleaner.py``.
+
+        Raises:
+            LogCleaningAbortedError: the log changed under the pass (see ``Cleaner``),
+                or it has an extension index (not cleanable yet: nothing is changed).
+            CorruptRecordError: a batch to clean is damaged (that group is unchanged).
+            ReadOnlyLogError: the log is read-only or closed.
+            OSError: a cleaned segment could not be written (the log is unchanged).
+        """
+        self._check_writable()
+        if self.extension is not None:
+            # Units vanish with the records a pass removes: positions in the extension
+            # index of every later segment would move (the file system's position
+            # index needs per-batch units first; see issue 19).
+            raise LogCleaningAbortedError(
+                f"{self.dir.name}: a log with an extension index cannot be cleaned yet"
+            )
+        to_clean = cleanable_offsets(self, first_dirty_offset, self.clock.milliseconds())
+        if to_clean.first_uncleanable_offset <= to_clean.first_dirty_offset:
+            return to_clean.first_dirty_offset, CleanerStats(
+                segments_before=self.number_of_segments, segments_after=self.number_of_segments
+            )
+        return Cleaner(offset_map, clock=self.clock, on_step=on_step).clean(to_clean)
+
+    def replace_segments(
+        self,
+        cleaned: LogSegment,
+        old: list[LogSegment],
+        on_step: Callable[..., None],
+        sizes: list[int] | None = None,
+    ) -> None:
+        """Swap ``cleaned`` (written as ``.cleaned``, fsynced) in for ``old`` (Kafka's
+        ``replaceSegments``), telling ``on_step`` after each ``CleaningStep``.
+
+        The order is important, and each step is durable (its directory fsynced)
+        before the next. (1) ``.cleaned`` -> ``.swap``: the commit point. Before it a
+        crash leaves ``.cleaned`` files the loader removes, and the old segments
+        whole; after it the loader completes the swap (``log_loader._complete_swaps``).
+        (2) The new segment takes the first old one's place in the segment map (one
+        publish: no reader ever finds the range without a segment), the others leave
+        it, and their files are renamed ``.deleted``; reads already in them finish on
+        their descriptors, the files go after ``file.delete.delay.ms``. (3) ``.swap``
+        -> final names. A crash between (2) and (3) leaves the ``.swap`` and maybe some
+        old segments: the loader deletes what the swap covers and renames it.
+
+        ``sizes``: the old segments' sizes when they were read (a truncation since
+        shrank one: the copy holds what it cut).
+
+        Raises:
+            LogCleaningAbortedError: the log is closed, or an old segment is no longer
+                in the map or not of its size (retention or truncation got there
+                first); ``cleaned`` is deleted, nothing else changed.
+            OSError: a rename failed: before the commit point nothing changed; after
+                it the next open completes the swap.
+        """
+        with self._lock:
+            current = [self.segments.get(segment.base_offset) for segment in old]
+            changed = any(c is not s for c, s in zip(current, old, strict=True)) or (
+                sizes is not None and sizes != [segment.size for segment in old]
+            )
+            if self._closed or changed:
+                cleaned.delete_if_exists()
+                raise LogCleaningAbortedError(
+                    f"{self.dir.name}: segments {[s.base_offset for s in old]} changed "
+                    "while they were cleaned"
+                )
+            try:
+                cleaned.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+                fsync_directory(self.dir)
+            except Exception:
+                cleaned.delete_if_exists()
+                for part in (cleaned.log.path, *(i.path for i in cleaned.indexes())):
+                    part.with_name(part.name.removesuffix(SWAP_FILE_SUFFIX)).unlink(missing_ok=True)
+                raise
+            on_step(CleaningStep.SWAP_RENAMED, cleaned)
+            self.segments.add(cleaned)
+            self.segments.remove_all(segment.base_offset for segment in old[1:])
+            due = self.clock.milliseconds() + self.config.file_delete_delay_ms
+            for segment in old:
+                try:
+                    segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+                except OSError as exc:
+                    logger.warning(
+                        "%s: segment %s deleted at once: %s", self.dir.name, segment, exc
+                    )
+                    _delete_segment_files(segment)
+                else:
+                    self._pending_deletes.append((due, segment))
+            fsync_directory(self.dir)
+            on_step(CleaningStep.OLD_DELETED, cleaned)
+            cleaned.change_file_suffixes(SWAP_FILE_SUFFIX, "")
+            fsync_directory(self.dir)
+            on_step(CleaningStep.SWAPPED_IN, cleaned)
+            logger.info(
+                "%s: cleaned segments %s into %s",
+                self.dir.name,
+                [segment.base_offset for segment in old],
+                cleaned,
+            )
 
     # -- truncation, flush, close ----------------------------------------------------
 

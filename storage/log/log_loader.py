@@ -41,6 +41,7 @@ import contextlib
 import itertools
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -129,10 +130,55 @@ def load_log(
     had moved past was lost), every segment is deleted and the log restarts at the log
     start offset, as Kafka's loader does.
 
+    A load that fails releases what it opened (descriptors, mappings, scratch space):
+    on a full disk the files of a directory being removed (a failed ``create_topic``
+    undone) only give their blocks back once nothing holds them.
+
     Raises:
         StorageError: a read-only open of a directory that does not exist.
         OSError: the directory cannot be read or written.
     """
+    opened: list[LogSegment] = []
+    scratch: list[Path] = []
+    try:
+        return _load_log(
+            directory,
+            config,
+            log_start_offset=log_start_offset,
+            recovery_point=recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+            clock=clock,
+            writable=writable,
+            extension=extension,
+            opened=opened,
+            scratch=scratch,
+        )
+    except BaseException:
+        for segment in opened:
+            try:
+                segment.close_handlers()
+            except OSError as exc:  # the descriptor is gone anyway
+                logger.warning("%s: closing it after a failed load: %s", segment.path, exc)
+        for path in scratch:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def _load_log(
+    directory: Path,
+    config: LogConfig,
+    *,
+    log_start_offset: int,
+    recovery_point: int,
+    had_clean_shutdown: bool,
+    clock: Clock,
+    writable: bool,
+    extension: ExtensionIndexSpec | None,
+    opened: list[LogSegment],
+    scratch: list[Path],
+) -> LoadedLog:
+    # ``load_log``; every segment it opens goes into ``opened`` (to be closed if it
+    # fails), every scratch directory into ``scratch``.
     if writable:
         directory.mkdir(parents=True, exist_ok=True)
         _remove_temporary_files(directory)
@@ -141,7 +187,6 @@ def load_log(
     elif not directory.is_dir():
         raise StorageError(f"log directory {directory} does not exist")
     names = set(os.listdir(directory))
-    scratch: list[Path] = []
     load = _Pass(
         directory,
         config,
@@ -151,6 +196,8 @@ def load_log(
         scratch,
         extension,
         recovery_point=None if had_clean_shutdown else recovery_point,
+        clean_end=recovery_point if had_clean_shutdown and recovery_point > 0 else None,
+        opened=opened,
     )
     segments = load.run()
     if not had_clean_shutdown:
@@ -174,9 +221,11 @@ def load_log(
     if len(segments) == 0:
         start = max(log_start_offset, 0)
         if writable:
-            segments.add(LogSegment.open(directory, start, config, now, extension_spec=extension))
+            empty = LogSegment.open(directory, start, config, now, extension_spec=extension)
         else:
-            segments.add(_empty_scratch_segment(start, config, now, scratch, extension))
+            empty = _empty_scratch_segment(start, config, now, scratch, extension)
+        opened.append(empty)
+        segments.add(empty)
         if extension is not None:
             _load_extensions(segments.values(), config, writable, scratch, None, set())
     active = segments.last_segment
@@ -221,8 +270,12 @@ class _Pass:
         extension: ExtensionIndexSpec | None,
         *,
         recovery_point: int | None,
+        clean_end: int | None,
+        opened: list[LogSegment],
     ) -> None:
         self.directory = directory
+        self.opened = opened
+        """Every segment the pass opens (the caller's: closed if the load fails)."""
         self.config = config
         self.names = names
         self.now = now
@@ -231,6 +284,13 @@ class _Pass:
         self.extension = extension
         self.recovery_point = recovery_point
         """None after a clean shutdown: no segment is recovered."""
+        self.clean_end = clean_end
+        """After a clean shutdown, the checkpointed recovery point: the log end then (a
+        clean shutdown flushes every log before it checkpoints). None when unknown."""
+        self.gaps_suspect = holes_are_damage(names, config.compact)
+        """Whether a gap of offsets before the log's last batch is suspect enough for
+        recovery to cut it (``LogSegment.recover_tail``'s ``confirm_last_gap``): not in a
+        compacted log, nor in a broker's directory, where followers copy gaps."""
         self.ends: dict[int, int] = {}
         """The offset after the last batch of each segment whose batches frame to its
         end (by base offset); a segment whose framing breaks has none."""
@@ -273,6 +333,7 @@ class _Pass:
                 extension_spec=extension,
             )
             opened.append(segment)
+            self.opened.append(segment)
             if self._recovered(following):
                 in_pass = False  # settled after recovery, from here on
                 continue
@@ -307,19 +368,24 @@ class _Pass:
             except CorruptIndexError as exc:
                 problem = str(exc)
         if problem is not None:
-            self._rebuild_indexes(segment, problem)
+            self._rebuild_indexes(segment, problem, following)
         if following is not None and _ends_before(segment, following):
             # Contiguous with the next segment (as the engine always leaves it): no
             # scan needed to know where it ends.
             self.ends[segment.base_offset] = following
             return
         end, framed_to = _framed_end(segment)
-        if framed_to < segment.size and active:
+        clean_end = self.clean_end
+        if active and (framed_to < segment.size or (clean_end is not None and end > clean_end)):
             # A clean shutdown does not make the active segment's tail trustworthy:
-            # past bytes that do not frame, appends would hand out offsets again.
+            # past bytes that do not frame, appends would hand out offsets again. Nor
+            # past the log end the shutdown checkpointed: there a last batch after a
+            # gap (``gap_disproved``: no batch after it can disprove a base offset
+            # damaged upwards) is damage; contiguous batches (a checkpoint older than
+            # the marker says) are kept.
             if not self.writable:
                 _use_scratch_indexes(segment, self.config, self.scratch)
-            found = segment.recover_tail(rebuild_indexes=True)
+            found = segment.recover_tail(rebuild_indexes=True, end_offset=clean_end)
             _log_cut(segment, found, self.writable, hidden=0)
             if not self.writable:
                 self.hidden_tail = HiddenTail(segment.base_offset, found.valid_bytes, frozenset())
@@ -327,10 +393,10 @@ class _Pass:
         if framed_to == segment.size:
             self.ends[segment.base_offset] = end
 
-    def _rebuild_indexes(self, segment: LogSegment, problem: str) -> None:
+    def _rebuild_indexes(self, segment: LogSegment, problem: str, following: int | None) -> None:
         if not self.writable:
             _use_scratch_indexes(segment, self.config, self.scratch)
-        found = segment.rebuild_indexes()
+        found = segment.rebuild_indexes(end_offset=following)
         damage = found.damage
         if damage is None:
             logger.warning("%s: %s; indexes rebuilt", segment.path, problem)
@@ -359,6 +425,8 @@ class _Pass:
             previous_end = self.ends.get(previous.base_offset)
             if previous_end is not None and previous_end < segment.base_offset:
                 expected = self._start_after_hole(segment, expected)
+            else:
+                expected = _expected_after(previous, segment)
         _settle_extension(segment, expected, self.config, self.writable, self.scratch)
         self.settled.add(segment.base_offset)
 
@@ -387,7 +455,7 @@ class _Pass:
                 values, self.extension_missing, self.extension_checkpoint
             )
         else:
-            expected = values[first - 1].extension_end
+            expected = _expected_after(values[first - 1], values[first])
         _load_extensions(
             values[first:], self.config, self.writable, self.scratch, expected, self.settled
         )
@@ -538,12 +606,28 @@ def _load_extensions(
 ) -> None:
     # Each segment's extension index must start where the previous one ends
     # (``expected`` for the first: None to trust its own entry 0).
+    previous: LogSegment | None = None
     for segment in segments:
         if segment.extension is None:
             return
+        if previous is not None:
+            expected = _expected_after(previous, segment)
         _settle_extension(segment, expected, config, writable, scratch)
         settled.add(segment.base_offset)
-        expected = segment.extension_end
+        previous = segment
+
+
+def _expected_after(previous: LogSegment, segment: LogSegment) -> int | None:
+    """Where ``segment``'s extension units must start: where ``previous``'s end. When a
+    damaged batch of ``previous`` could not be measured (``extension_exact``: its end
+    is a lower bound), where the segment's own entry 0 says when it has one at or above
+    that end (None: trust it; it was written when the segment was created, so the
+    records after the damage keep their positions), as after a hole."""
+    end = previous.extension_end
+    extension = segment.extension
+    if previous.extension_exact or extension is None:
+        return end
+    return None if extension.first_units >= end else end
 
 
 def _oldest_extension_start(
@@ -580,7 +664,7 @@ def _oldest_extension_start(
             continue
         spec = segment.extension_spec
         assert spec is not None
-        before = sum(spec.measure(batch) for older in segments[:k] for batch in older.batches())
+        before = _measure_all(spec, segments[:k])
         if before > anchor:
             logger.warning(
                 "%s: the extension index of segment %d starts at %d, below the %d units "
@@ -593,6 +677,19 @@ def _oldest_extension_start(
             return None
         return anchor - before
     return None
+
+
+def _measure_all(spec: ExtensionIndexSpec, segments: list[LogSegment]) -> int:
+    """What the batches of ``segments`` measure in ``spec``'s units. A damaged batch
+    measures nothing, and damaged framing ends a segment's measure (reads stop there;
+    the open of the log must not fail on it). Cost: ``measure`` of every batch."""
+    total = 0
+    for segment in segments:
+        with contextlib.suppress(CorruptRecordError):
+            for batch in segment.batches():
+                with contextlib.suppress(CorruptRecordError):
+                    total += spec.measure(batch)
+    return total
 
 
 def _segment_base_offsets(names: Collection[str]) -> list[int]:
@@ -616,6 +713,23 @@ def _remove_temporary_files(directory: Path) -> None:
 
 
 def _complete_swaps(directory: Path) -> None:
+    """Finish each cleaning swap a crash interrupted (Kafka's ``completeSwapOperations``).
+
+    The cleaner (``Log.replace_segments``, ``cleaner.CleaningStep``) commits a cleaned
+    group by renaming its ``.log.cleaned`` to ``.log.swap`` once the file is fsynced:
+    a ``.log.swap`` here is committed, whole, and covers exactly the offsets of the
+    segments it replaces (the cleaner keeps each group's last batch, empty if need be,
+    so the swap ends where its group ended). Whatever of those old segments is still
+    here (none renamed ``.deleted`` yet, some, or all: ``_remove_temporary_files``
+    removed those) is deleted, then the swap takes its final name; a crash in between
+    finds the ``.swap`` again and repeats this. An uncommitted group left only
+    ``.cleaned`` files, which ``_remove_temporary_files`` removed: a roll back. The
+    swap's indexes are rebuilt from it (their ``.swap`` files were removed with the
+    temporary files: indexes are rebuildable, the ``.log`` is what counts).
+
+    Raises:
+        OSError: a file cannot be read, deleted or renamed.
+    """
     for name in sorted(os.listdir(directory)):
         if not name.endswith(_LOG_SWAP):
             continue
@@ -688,8 +802,16 @@ def _recover_from(segments: LogSegments, recovery_point: int, writable: bool, lo
         if following is not None and following.base_offset <= recovery_point:
             continue  # flushed before the crash: trusted, as Kafka trusts it
         # A reader keeps the on-disk indexes (a writer never indexes a batch it has not
-        # written): it only needs to know where the valid data ends.
-        found = segment.recover_tail(rebuild_indexes=writable)
+        # written): it only needs to know where the valid data ends. Unless they are
+        # damaged: then it rebuilds them, in scratch space.
+        rebuild = writable or not _indexes_sound(segment)
+        if rebuild and not writable:
+            _use_scratch_indexes(segment, load.config, load.scratch)
+        found = segment.recover_tail(
+            rebuild_indexes=rebuild,
+            end_offset=None if following is None else following.base_offset,
+            confirm_last_gap=following is None and load.gaps_suspect,
+        )
         load.ends[segment.base_offset] = found.next_offset
         if found.valid_bytes < found.size:
             later = [s.base_offset for s in segments.values(segment.base_offset + 1)]
@@ -705,6 +827,16 @@ def _recover_from(segments: LogSegments, recovery_point: int, writable: bool, lo
                     segment.base_offset, found.valid_bytes, frozenset(later)
                 )
             return
+
+
+def _indexes_sound(segment: LogSegment) -> bool:
+    """Whether a segment's offset and time indexes pass Kafka's sanity check and agree
+    with its log (``LogSegment.indexes_plausible``). Cost: a short scan."""
+    try:
+        segment.sanity_check()
+    except CorruptIndexError:
+        return False
+    return segment.indexes_plausible()
 
 
 def _scratch_dir(scratch: list[Path]) -> Path:
@@ -817,15 +949,15 @@ def refresh_segments(
         segment.forget_max_timestamp()
     if extension is not None:
         before = segments.lower_segment(refreshed[0].base_offset) if refreshed else None
-        expected = None if before is None else before.extension_end
         for segment in refreshed:
+            expected = None if before is None else _expected_after(before, segment)
             if not segment.load_extension(expected):
                 _use_scratch_extension(segment, config, scratch)
                 # The oldest segment keeps the start it was loaded with (its units
                 # before it are not in any log).
                 start = expected if expected is not None else segment.extension_start
                 segment.rebuild_extension(start)
-            expected = segment.extension_end
+            before = segment
     active = segments.last_segment
     assert active is not None
     return active.read_next_offset()

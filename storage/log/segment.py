@@ -228,6 +228,40 @@ def _from_offset(offset: int, batches: Iterator[RecordBatch]) -> Iterator[Record
     return dropwhile(lambda batch: batch.last_offset < offset, batches)
 
 
+def gap_disproved(
+    batch: RecordBatch, previous_last_offset: int, after: RecordBatch | None, end_offset: int | None
+) -> str | None:
+    """Why ``batch``, which starts past ``previous_last_offset + 1`` (a gap of offsets),
+    cannot be where it is (None: nothing says so).
+
+    Only compaction leaves gaps (and a log copied from a compacted one): the offsets a
+    gap skips were removed, so the batches after it still follow it. A base offset
+    damaged upwards (it is outside the CRC) makes a gap too, but then the next batch
+    (``after``) starts inside or before its offsets, or, for the last batch of a
+    segment, its offsets reach ``end_offset`` (the next segment's base offset; for the
+    active segment, the log end a clean shutdown checkpointed). Without either nothing
+    tells its damage from a gap (``recover_tail``'s ``confirm_last_gap``).
+
+    Cost: a few comparisons of header fields.
+    """
+    last_offset = batch.last_offset
+    if after is not None:
+        next_base = after.base_offset if after.magic >= 2 else after.last_offset
+        if next_base <= last_offset:
+            return (
+                f"offsets {batch.base_offset}..{last_offset} leave out offsets "
+                f"{previous_last_offset + 1}..{batch.base_offset - 1}, but the next batch "
+                f"holds offset {next_base}: a damaged base offset"
+            )
+    elif end_offset is not None and last_offset >= end_offset:
+        return (
+            f"offsets {batch.base_offset}..{last_offset} leave out offsets "
+            f"{previous_last_offset + 1}..{batch.base_offset - 1} and reach offset "
+            f"{end_offset}, where the segment's offsets end: a damaged base offset"
+        )
+    return None
+
+
 class AppendedBatch(NamedTuple):
     """What the segment needs to know of each batch it appends.
 
@@ -361,6 +395,10 @@ class LogSegment:
         self.extension_start = 0
         self.extension_end = 0
         self._units_since_last_extension_entry = 0
+        self.extension_exact = True
+        """False when a damaged batch the units were measured over could not be
+        measured (reads stop at it): ``extension_end`` is then a lower bound, and the
+        next segment's own entry 0 says where it starts (see ``log_loader``)."""
         self.missing_after: int | None = None
         """Set when offsets from this segment's end up to this one (the next segment's
         base offset) are in no segment file: a read of this sealed segment that runs
@@ -612,7 +650,8 @@ class LogSegment:
         return self.log.path
 
     def max_timestamp_and_offset(self) -> TimestampAndOffset:
-        """The largest batch timestamp in the segment and the last offset of its batch.
+        """The largest batch timestamp in the segment and the last offset of its batch
+        (from the time index alone when the batches after its last entry do not frame).
 
         Cost: the first call scans the batches after the last time-index entry.
         """
@@ -625,7 +664,13 @@ class LogSegment:
                 last_ts, last_offset = self.time_index.last_entry
                 best = TimestampAndOffset(last_ts, last_offset)
                 start = self._offset_lookup(last_offset)[1] if last_ts >= 0 else 0
-                tail = self.log.largest_timestamp_after(start)
+                try:
+                    tail = self.log.largest_timestamp_after(start)
+                except CorruptRecordError as exc:
+                    # Damage the loader kept (reads report it): the time index's answer,
+                    # rather than every append (and retention) of the segment failing.
+                    logger.warning("%s: largest timestamp from its time index: %s", self.path, exc)
+                    tail = TimestampAndOffset(-1, -1)
                 if tail.timestamp > best.timestamp:
                     best = tail
                 self._max_timestamp_and_offset = best
@@ -654,15 +699,32 @@ class LogSegment:
             return self.created_ms
 
     def first_batch_timestamp(self) -> int | None:
-        """Max timestamp of the first batch: what ``segment.ms`` is measured from."""
+        """Max timestamp of the first batch: what ``segment.ms`` is measured from.
+
+        None when the segment is empty, or when its first batch does not frame (damage
+        that reads report; the loader keeps it in a segment whose data is final): then
+        ``segment.ms`` counts from ``created_ms``, as for a batch without a timestamp,
+        instead of every append to the segment failing on it.
+
+        Cost: the first call reads the first batch's header.
+        """
         if not self._rolling_based_loaded:
             self._touch()
             with self._lazy_lock:
                 if not self._rolling_based_loaded:
-                    for batch in self.log.batches(0):
-                        self._rolling_based_timestamp = batch.max_timestamp
+                    try:
+                        for batch in self.log.batches(0):
+                            self._rolling_based_timestamp = batch.max_timestamp
+                            self._rolling_based_loaded = True
+                            break
+                    except CorruptRecordError as exc:
+                        logger.warning(
+                            "%s: segment.ms counted from the segment's creation: %s",
+                            self.path,
+                            exc,
+                        )
+                        self._rolling_based_timestamp = None
                         self._rolling_based_loaded = True
-                        break
         return self._rolling_based_timestamp
 
     # -- appending -------------------------------------------------------------------
@@ -773,14 +835,20 @@ class LogSegment:
         extension = self.extension
         if extension is not None and extension.entries == 0 and extension.writable:
             with self.pinned():
+                if extension.is_full:
+                    # A sealed segment's file cut below one entry (damage): make room
+                    # (the engine's trim keeps entry 0, so this is never the normal case).
+                    extension.resize(extension.ENTRY_SIZE)
                 extension.append(self.base_offset, self.extension_start)
 
     def load_extension(self, expected_start: int | None) -> bool:
         """Derive the start and end units from the index and the log tail.
 
         ``expected_start`` is the previous segment's end units (None for the oldest
-        segment). Returns False when the index disagrees with it or with the log (the
-        caller rebuilds it with ``rebuild_extension``).
+        segment). Returns False when the index fails its sanity check or disagrees with
+        it or with the log (the caller rebuilds it with ``rebuild_extension``). Damage
+        in the batches after the last entry is the log's, not the index's: they are
+        measured as by ``rebuild_extension`` (``extension_exact`` False).
 
         Cost: O(log n), then ``measure`` of the batches after the last entry.
         """
@@ -788,6 +856,10 @@ class LogSegment:
         if extension is None or spec is None:
             return True
         self._touch()
+        try:
+            extension.sanity_check()
+        except CorruptIndexError:
+            return False  # e.g. a file cut inside an entry: rebuilt
         first = extension.first_units
         if first < 0:
             # No entry 0: a new segment, or one starting at 0 (its entry reads as none).
@@ -802,22 +874,58 @@ class LogSegment:
         if last_units < 0:
             last_offset, last_units = self.base_offset, start
         units = 0
+        exact = True
+        previous_last_offset = last_offset - 1
+        framed_to = -1
         try:
             batches = self.batches_from(last_offset)
             for i, batch in enumerate(batches):
                 if i == 0 and last_offset != self.base_offset and batch.base_offset != last_offset:
                     return False  # the last entry does not name a batch start
-                units += spec.measure(batch)
+                framed_to = batch.position + batch.size
+                measured = self._units_of(spec, batch, previous_last_offset)
+                if measured is None:
+                    exact = False
+                    continue
+                previous_last_offset = batch.last_offset
+                units += measured
         except CorruptRecordError:
-            return False
+            # Damaged framing after the last entry: the log's fault, not the index's
+            # (a rebuild would measure no further). Reads stop there anyway.
+            exact = False
+        if self.size > 0 and framed_to != self.size:
+            # The scan (``Tail.UNCHECKED``) ended quietly at a batch the file cuts off:
+            # a sealed segment cut short (reads raise there), or a writer's append in
+            # flight (a reader's active segment, measured again at its next refresh).
+            exact = False
         self.extension_start = start
         self.extension_end = last_units + units
         self._units_since_last_extension_entry = units
+        self.extension_exact = exact
         return True
+
+    def _units_of(
+        self, spec: ExtensionIndexSpec, batch: RecordBatch, previous_last_offset: int
+    ) -> int | None:
+        """What ``batch`` measures in ``spec``'s units; None for a damaged batch: its
+        offsets cannot follow ``previous_last_offset`` here, or its records do not
+        decode. Reads raise ``CorruptRecordError`` at such a batch, so what it would
+        measure is never needed for a position before it; an index entry naming it
+        (maybe by a damaged offset) would break the index's order."""
+        if self._misplaced(batch, previous_last_offset) is not None:
+            return None
+        try:
+            return spec.measure(batch)
+        except CorruptRecordError:
+            return None
 
     @_pinning
     def rebuild_extension(self, start_units: int) -> None:
         """Rebuild the extension index from the log, starting at ``start_units``.
+
+        A damaged batch (``_units_of``) measures nothing and gets no entry, and damaged
+        framing ends the measure: ``extension_exact`` is then False (reads raise at the
+        damage whatever the units say; the open of the log must not fail on it).
 
         Cost: ``measure`` of every batch of the segment.
         """
@@ -826,8 +934,24 @@ class LogSegment:
             return
         extension.reset()
         self.start_extension(start_units)
-        for batch in self.log.batches(0):
-            self._maybe_index_extension(batch.base_offset, spec.measure(batch))
+        self.extension_exact = True
+        previous_last_offset = self.base_offset - 1
+        framed_to = 0
+        try:
+            for batch in self.log.batches(0):
+                framed_to = batch.position + batch.size
+                units = self._units_of(spec, batch, previous_last_offset)
+                if units is None:
+                    # Damage (reads stop there): no entry names it, and the units after
+                    # it are a lower bound. Failing here would fail the open of the log.
+                    self.extension_exact = False
+                    continue
+                previous_last_offset = batch.last_offset
+                self._maybe_index_extension(batch.base_offset, units)
+        except CorruptRecordError:
+            self.extension_exact = False  # the bytes stop framing: nothing more to measure
+        if framed_to != self.size:
+            self.extension_exact = False  # cut off (see ``load_extension``)
         extension.trim_to_valid_size()
 
     def extension_floor_by_units(self, units: int) -> tuple[int, int]:
@@ -994,9 +1118,10 @@ class LogSegment:
         """
         self._touch()
         _last_offset, position = self._offset_lookup(2**63 - 1)
-        if position >= self.size:
+        if not 0 <= position < self.size:
             # The entry names a batch past the valid data (a reader's view of a crashed
-            # log hides an invalid tail the on-disk index still covers): scan it all.
+            # log hides an invalid tail the on-disk index still covers), or is garbage
+            # (a negative position made ``pread`` fail with EINVAL): scan it all.
             position = 0
         next_offset = self.base_offset
         for batch in self.log.batches(position):
@@ -1083,23 +1208,48 @@ class LogSegment:
             return False
         return True
 
-    def recover(self, *, rebuild_indexes: bool = True, extension_start: int | None = None) -> int:
+    def recover(
+        self,
+        *,
+        rebuild_indexes: bool = True,
+        extension_start: int | None = None,
+        end_offset: int | None = None,
+    ) -> int:
         """Re-validate every batch and cut the log after the last valid one; return
         the number of bytes cut (Kafka's ``LogSegment.recover``). See ``recover_tail``."""
-        found = self.recover_tail(rebuild_indexes=rebuild_indexes, extension_start=extension_start)
+        found = self.recover_tail(
+            rebuild_indexes=rebuild_indexes, extension_start=extension_start, end_offset=end_offset
+        )
         return found.size - found.valid_bytes
 
     @_pinning
     def recover_tail(
-        self, *, rebuild_indexes: bool = True, extension_start: int | None = None
+        self,
+        *,
+        rebuild_indexes: bool = True,
+        extension_start: int | None = None,
+        end_offset: int | None = None,
+        confirm_last_gap: bool = False,
     ) -> Revalidation:
         """Re-validate every batch and cut the log after the last valid one; return
         what the scan found (the cut: from ``valid_bytes`` to ``size``).
 
         A batch is invalid when its header is impossible (size, magic), its CRC does
-        not match, its offsets go backwards or leave the segment's 32-bit relative
-        range, or (legacy formats) it does not decode. A partial batch at the end is cut
-        as well. With ``rebuild_indexes`` the indexes are rebuilt from the log on the
+        not match, its offsets go backwards, start below the segment's base offset,
+        reach ``end_offset`` (the next segment's base offset, None for the active
+        segment) or leave its 32-bit relative range, when (legacy formats) it does not
+        decode, or when a v2 batch starts past the offset after the batch before it (a
+        gap, which only compaction makes) and the next batch starts inside its offsets
+        (``gap_disproved``): the base offset is not covered by the CRC, so a bit
+        flipped there passes every other check (Kafka's ``recover`` checks the CRC and
+        the relative range only, and splits a segment whose base offset was damaged
+        out of that range as an overflow). With ``confirm_last_gap`` (the active
+        segment after an unclean shutdown: recovery keeps only what it can verify) a
+        last batch after a gap is invalid too: no batch after it can confirm its base
+        offset (a log copied with gaps, ``Log.append_batches``, copies it again, as a
+        Kafka follower fetches what its recovery truncated). A partial batch at the end
+        is cut as well.
+        With ``rebuild_indexes`` the indexes are rebuilt from the log on the
         way and, as Kafka does, the time index ends with the segment's (max timestamp,
         offset) entry; without it (a reader that found plausible indexes) they are
         kept, since an entry never points past a valid batch. A read-only segment's
@@ -1116,7 +1266,12 @@ class LogSegment:
         if start_units is None:
             first = self.extension.first_units if self.extension is not None else -1
             start_units = max(first, 0)
-        found = self._revalidate(rebuild_indexes=rebuild_indexes, past_damage=False)
+        found = self._revalidate(
+            rebuild_indexes=rebuild_indexes,
+            past_damage=False,
+            end_offset=end_offset,
+            confirm_last_gap=confirm_last_gap,
+        )
         self.log.truncate_to(found.valid_bytes)
         if rebuild_indexes:
             self._seal_rebuilt_indexes()
@@ -1127,7 +1282,7 @@ class LogSegment:
         return found
 
     @_pinning
-    def rebuild_indexes(self) -> Revalidation:
+    def rebuild_indexes(self, *, end_offset: int | None = None) -> Revalidation:
         """Rebuild the offset and time indexes from the log without cutting it.
 
         What the loader does for a segment whose data is final (sealed, or below the
@@ -1136,11 +1291,14 @@ class LogSegment:
         ``CorruptRecordError`` as before (a cut would lose the valid batches after it
         for good, and offsets a reader may already have seen). The scan goes on after
         a batch that fails its CRC (or whose offsets go back) and stops where the bytes
-        no longer frame as batches. The extension index is left to the caller.
+        no longer frame as batches. Batches are judged as by ``recover_tail``, except
+        that the first valid batch after a damaged one may start past the offsets
+        before it (the damaged batch held them). The extension index is left to the
+        caller.
 
         Cost: one read of the segment, a CRC per batch.
         """
-        found = self._revalidate(rebuild_indexes=True, past_damage=True)
+        found = self._revalidate(rebuild_indexes=True, past_damage=True, end_offset=end_offset)
         self._seal_rebuilt_indexes()
         return found
 
@@ -1149,7 +1307,14 @@ class LogSegment:
         self._append_final_time_entry()
         self.time_index.trim_to_valid_size()
 
-    def _revalidate(self, *, rebuild_indexes: bool, past_damage: bool) -> Revalidation:
+    def _revalidate(
+        self,
+        *,
+        rebuild_indexes: bool,
+        past_damage: bool,
+        end_offset: int | None,
+        confirm_last_gap: bool = False,
+    ) -> Revalidation:
         # Re-validate from byte 0 (``recover``, ``rebuild_indexes``). Valid batches
         # settle the facts loaded lazily otherwise (max timestamp, first timestamp) and,
         # with ``rebuild_indexes``, get their index entries. The first damage ends the
@@ -1168,8 +1333,59 @@ class LogSegment:
         last_framed = self.base_offset - 1
         framed_to = 0
         previous_last_offset = self.base_offset - 1
+        # A batch after a gap of offsets waits for the next batch to confirm it (its
+        # base offset is outside the CRC); right after a damaged batch a gap is no
+        # evidence of anything: that batch held the offsets (``past_damage``).
+        pending: RecordBatch | None = None
+        gap_allowed = False
+
+        def accept(batch: RecordBatch) -> None:
+            nonlocal previous_last_offset, valid_bytes, next_offset, gap_allowed
+            gap_allowed = False
+            previous_last_offset = batch.last_offset
+            if self._rolling_based_timestamp is None:
+                self._rolling_based_timestamp = batch.max_timestamp
+            known = self._max_timestamp_and_offset
+            if known is None or batch.max_timestamp > known.timestamp:
+                self._max_timestamp_and_offset = TimestampAndOffset(
+                    batch.max_timestamp, batch.last_offset
+                )
+            if rebuild_indexes:
+                self._maybe_index(batch.last_offset, batch.position, batch.size)
+            if damage is None:
+                valid_bytes = batch.position + batch.size
+                next_offset = batch.next_offset
+
+        def reject(batch: RecordBatch, problem: str, offsets_trusted: bool) -> None:
+            # The first offset not served: the batch's own base offset only when its
+            # offsets passed (it is outside the CRC).
+            nonlocal damage, gap_allowed
+            gap_allowed = True
+            if damage is None:
+                offset = max(batch.base_offset, next_offset) if offsets_trusted else next_offset
+                damage = Damage(batch.position, offset, problem)
+
+        def settle_pending(after: RecordBatch | None) -> None:
+            # ``after``: the next framed batch (None: there is none).
+            nonlocal pending
+            batch, pending = pending, None
+            if batch is None:
+                return
+            problem = gap_disproved(batch, previous_last_offset, after, end_offset)
+            if problem is None and after is None and confirm_last_gap:
+                problem = (
+                    f"offsets {batch.base_offset}..{batch.last_offset} leave out offsets "
+                    f"{previous_last_offset + 1}..{batch.base_offset - 1} and no batch "
+                    "after them confirms it (a damaged base offset?)"
+                )
+            if problem is None:
+                accept(batch)
+            else:
+                reject(batch, problem, offsets_trusted=False)
+
         try:
             for batch in self.log.batches(0):
+                settle_pending(batch)
                 framed_to = batch.position + batch.size
                 last_offset = batch.last_offset
                 last_framed = max(last_framed, last_offset)
@@ -1177,26 +1393,21 @@ class LogSegment:
                     continue
                 problem = self._invalid(batch, previous_last_offset)
                 if problem is not None:
-                    if damage is None:
-                        damage = Damage(
-                            batch.position, max(batch.base_offset, next_offset), problem
-                        )
-                    continue
-                previous_last_offset = last_offset
-                if self._rolling_based_timestamp is None:
-                    self._rolling_based_timestamp = batch.max_timestamp
-                if batch.max_timestamp > self._max_timestamp_and_offset.timestamp:
-                    self._max_timestamp_and_offset = TimestampAndOffset(
-                        batch.max_timestamp, last_offset
-                    )
-                if rebuild_indexes:
-                    self._maybe_index(last_offset, batch.position, batch.size)
-                if damage is None:
-                    valid_bytes = framed_to
-                    next_offset = batch.next_offset
+                    trusted = self._misplaced(batch, previous_last_offset) is None
+                    reject(batch, problem, offsets_trusted=trusted)
+                elif (
+                    not gap_allowed
+                    and batch.magic >= 2
+                    and batch.base_offset > previous_last_offset + 1
+                ):
+                    pending = batch
+                else:
+                    accept(batch)
         except CorruptRecordError as exc:
+            settle_pending(None)
             if damage is None:
                 damage = Damage(framed_to, next_offset, exc.reason)
+        settle_pending(None)
         size = self.size
         if damage is None and framed_to < size:
             reason = f"{size - framed_to} bytes do not frame a batch"
@@ -1204,20 +1415,35 @@ class LogSegment:
         return Revalidation(valid_bytes, next_offset, size, damage, last_framed, framed_to)
 
     def _invalid(self, batch: RecordBatch, previous_last_offset: int) -> str | None:
-        # Why a framed batch cannot be served (None: it can).
+        # Why a framed batch cannot be served (None: it can, unless a gap before it is
+        # disproved: ``gap_disproved``).
         if not batch.is_valid():
             return "CRC mismatch"
-        last_offset = batch.last_offset
-        if last_offset <= previous_last_offset:
-            return f"offsets {batch.base_offset}..{last_offset} go back"
-        if not self.can_convert_to_relative_offset(last_offset):
-            return f"offset {last_offset} does not fit 32 bits relative to the segment"
+        misplaced = self._misplaced(batch, previous_last_offset)
+        if misplaced is not None:
+            return misplaced
         if batch.magic < 2:
             # Legacy entries are whole messages; decode to prove they parse.
             try:
                 batch.records()
             except CorruptRecordError as exc:
                 return exc.reason
+        return None
+
+    def _misplaced(self, batch: RecordBatch, previous_last_offset: int) -> str | None:
+        # Why a batch's offsets cannot follow ``previous_last_offset`` in this segment
+        # (None: they can); see ``recover_tail``. Legacy entries: the last offset only
+        # (a compressed wrapper's first costs a decompression).
+        last_offset = batch.last_offset
+        if last_offset <= previous_last_offset:
+            return f"offsets up to {last_offset} go back (after offset {previous_last_offset})"
+        if not self.can_convert_to_relative_offset(last_offset):
+            return f"offset {last_offset} does not fit 32 bits relative to the segment"
+        if batch.magic < 2:
+            return None
+        base_offset = batch.base_offset
+        if base_offset <= previous_last_offset or base_offset > last_offset:
+            return f"offsets {base_offset}..{last_offset} go back (after {previous_last_offset})"
         return None
 
     def _append_final_time_entry(self) -> None:

@@ -715,21 +715,19 @@ def test_a_background_task_failing_on_a_full_disk_logs_a_line_a_minute(
     assert any("works again" in r.getMessage() for r in records if r.levelno == logging.INFO)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="D2, in storage/log/log_manager.py and log_loader.py (not this harness's to "
-    "change): a failed load keeps its segments open, and the undo of a create writes the "
-    "metadata file before it removes the partition directories the create made",
-)
 def test_a_topic_create_running_out_of_room_part_way_leaves_no_topic(
     fs: SmallFileSystem,
 ) -> None:
     """A create with 0, 1, 2... blocks free: the metadata write (the commit point)
     succeeds, then a partition's directory or its first index page takes the last
-    block and the next fails; the undo must write the metadata file again and finds no
-    room, so the create fails with ``ENOSPC`` but the topic stays, its failed partition
-    missing until a restart creates it (``mkdir`` says "No space left on device", yet
-    ``ls`` shows the topic)."""
+    block and the next fails; the undo must write the metadata file again. D2 (fixed):
+    it found no room, so the create failed with ``ENOSPC`` but the topic stayed, its
+    failed partition missing until a restart created it (``mkdir`` said "No space left
+    on device", yet ``ls`` showed the topic). Two causes: a failed load kept the
+    segments it had opened (their preallocated index blocks stayed allocated), and the
+    undo wrote the metadata file before it removed the partition directories the
+    create made. Now ``load_log`` closes what it opened when it fails, and the undo
+    removes those directories first."""
     harness = disk_full_engine.Harness(fs, "topic create sweep")
     for blocks in range(disk_full_engine.SWEEP_BLOCKS):
         harness.manager.create_topic(f"t{blocks}")

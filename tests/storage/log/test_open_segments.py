@@ -650,3 +650,52 @@ def test_log_segment_open_max_is_read_from_the_broker_config(tmp_path: Path) -> 
         assert OPEN_SEGMENTS.max_open == 7
     with pytest.raises(ConfigError, match=r"log\.segment\.open\.max"):
         BrokerConfig.from_properties({**props, "log.segment.open.max": "0"})
+
+
+def test_retention_releases_the_descriptors_of_the_segments_it_deletes(
+    log_dir: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #17: a segment retention deleted kept its descriptors and mappings until
+    ``file.delete.delay.ms`` (60 s by default) passed and its ``.deleted`` files were
+    unlinked. At a roll and a deletion per append, the process's open descriptors grew
+    by 3 a cycle (the ``.log`` and the index mappings: 600 after these 200 cycles) up
+    to the bound of open segments (``log.segment.open.max``). They are released at the
+    rename now; the files still wait for the delay, and a read that needs one again
+    during it opens the ``.deleted`` file (see above)."""
+    OPEN_SEGMENTS.shed()
+    monkeypatch.setattr(OPEN_SEGMENTS, "max_open", 1000)  # the default, whatever ran before
+    config = LogConfig(segment_bytes=14, retention_bytes=100)  # a roll per append
+    assert config.file_delete_delay_ms == 60_000
+    log = Log.open(log_dir / "t-0", config, clock=clock, extension=SPEC)
+
+    def open_descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def cycle(offset: int) -> int:
+        log.append([value_of(offset)])
+        clock.advance(1)
+        return log.delete_old_segments()
+
+    for offset in range(10):  # the steady state: active segment, one sealed, pending
+        cycle(offset)
+    before = open_descriptors()
+    cycles = 200
+    deleted = sum(cycle(offset) for offset in range(10, 10 + cycles))
+    grown = open_descriptors() - before
+    assert deleted >= cycles - 2
+    assert grown <= 8, (
+        f"{grown} more descriptors after {deleted} segments were deleted "
+        f"({descriptors_under(log.dir)} on the log's files, "
+        f"{mappings_under(log.dir)} mappings)"
+    )
+    assert [r.value for r in log.records(log.log_start_offset)] == [
+        value_of(offset) for offset in range(log.log_start_offset, 10 + cycles)
+    ]
+    pending = [name for name in os.listdir(log.dir) if name.endswith(".deleted")]
+    assert len(pending) >= 4 * cycles  # the files wait for file.delete.delay.ms
+    clock.advance(60_000)
+    log.delete_expired_files()
+    assert not [name for name in os.listdir(log.dir) if name.endswith(".deleted")]
+    log._check()
+    log.close()
+    assert descriptors_under(log.dir) == 0
