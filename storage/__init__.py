@@ -43,6 +43,8 @@ from .errors import (
     InvalidOffsetError,
     InvalidRecordError,
     InvalidTopicError,
+    JsonRecordError,
+    LogCleaningAbortedError,
     LogDirLockedError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
@@ -66,14 +68,24 @@ from .group.errors import (
 )
 from .group.offset_store import GroupDescription, MemberDescription, OffsetStore
 from .group.offsets_topic import OFFSETS_TOPIC, GroupConfig, java_string_hash, partition_for_group
+from .log.cleaner import CleanerStats, CleaningStep
+from .log.cleaner_manager import CleanSummary, LogCleanResult
 from .log.extension_index import ExtensionIndexSpec
 from .log.log import AppendInfo, Log
-from .log.log_config import BrokerConfig, LogConfig
+from .log.log_config import BrokerConfig, CleanerConfig, LogConfig
 from .log.log_manager import LogManager, PartitionDescription, TopicDescription
+from .log.offset_map import OffsetMap
 from .log.properties import load_properties, parse_properties
 from .log.topic import TopicMetadata, validate_topic_name
 from .partitioner import StickyPartitioner, murmur2, partition_for_key, to_positive
 from .record.batch_builder import build_record_batch
+from .record.json_format import (
+    JsonRecord,
+    json_rendered_size,
+    parse_json_lines,
+    parse_json_record,
+    render_json_batch,
+)
 from .record.record import CompressionType, Header, Record, TimestampType
 from .record.record_batch import DefaultRecordBatch, LegacyRecordBatch, RecordBatch, iter_batches
 from .record.record_columns import RecordColumns
@@ -89,6 +101,10 @@ __all__ = [
     "SYSTEM_CLOCK",
     "AppendInfo",
     "BrokerConfig",
+    "CleanSummary",
+    "CleanerConfig",
+    "CleanerStats",
+    "CleaningStep",
     "Clock",
     "CompressionType",
     "ConfigError",
@@ -107,8 +123,12 @@ __all__ = [
     "InvalidOffsetError",
     "InvalidRecordError",
     "InvalidTopicError",
+    "JsonRecord",
+    "JsonRecordError",
     "LegacyRecordBatch",
     "Log",
+    "LogCleanResult",
+    "LogCleaningAbortedError",
     "LogConfig",
     "LogDirLockedError",
     "LogManager",
@@ -116,6 +136,7 @@ __all__ = [
     "NoOffsetForPartitionError",
     "NonEmptyGroupError",
     "OffsetCommitValue",
+    "OffsetMap",
     "OffsetOutOfRangeError",
     "OffsetStore",
     "PartitionAssignedError",
@@ -143,12 +164,16 @@ __all__ = [
     "compiled",
     "iter_batches",
     "java_string_hash",
+    "json_rendered_size",
     "load_properties",
     "murmur2",
+    "parse_json_lines",
+    "parse_json_record",
     "parse_properties",
     "partition_for_group",
     "partition_for_key",
     "render_batch",
+    "render_json_batch",
     "rendered_size",
     "to_positive",
     "validate_topic_name",

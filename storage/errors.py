@@ -14,10 +14,14 @@ The branches draw these lines:
 - ``RecordTooLargeError``: a record (batch) over ``max.message.bytes``; nothing appended.
 - ``InvalidRecordError``: a client-built batch that is well-formed bytes but breaks a
   rule the log enforces (Kafka's ``LogValidator``); nothing appended.
+- ``JsonRecordError``: a line written to a ``json`` topic that is not a record object.
 - ``ConfigError``: a configuration key or value that Kafka would reject.
 - ``TopicError`` and its children: the topic namespace (names, existence).
 - ``LogDirLockedError``: another process already writes this log directory.
 - ``ReadOnlyLogError``: a mutation was asked of a log opened read-only.
+- ``LogCleaningAbortedError``: a cleaning pass gave up on a log that changed under
+  it (Kafka's ``LogCleaningAbortedException``); what it swapped in stays, the rest is
+  as it was.
 """
 
 from __future__ import annotations
@@ -143,6 +147,15 @@ class InvalidRecordError(StorageError, ValueError):
         self.position = position
 
 
+class JsonRecordError(StorageError, ValueError):
+    """A line written to a ``json`` topic is not a record object of that format
+    (``storage.record.json_format``); ``reason`` says why. Nothing appended."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"not a json record: {reason}")
+        self.reason = reason
+
+
 class ConfigError(StorageError, ValueError):
     """A configuration ``key`` has an unacceptable ``value``."""
 
@@ -201,3 +214,9 @@ class LogDirLockedError(StorageError):
 
 class ReadOnlyLogError(StorageError):
     """A mutation was requested from a log or log manager opened read-only."""
+
+
+class LogCleaningAbortedError(StorageError):
+    """A cleaning pass stopped: the log changed under it (segments deleted or
+    truncated, the log closed) or a cleaned group could not hold its offsets. Groups
+    already swapped in stay; the log is whole either way."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -47,6 +48,7 @@ from ..number import (
     parse_java_integer,
     shown_integer,
 )
+from .offset_map import OFFSET_MAP_BYTES_PER_ENTRY
 
 __all__ = [
     "LONG_MAX",
@@ -54,6 +56,7 @@ __all__ = [
     "UNKNOWN_LOG_CONFIG",
     "UNKNOWN_TOPIC_CONFIG",
     "BrokerConfig",
+    "CleanerConfig",
     "LogConfig",
     "closest_topic_config",
     "unknown_topic_config",
@@ -349,29 +352,14 @@ class LogConfig:
     def require_supported(self) -> LogConfig:
         """Return self, or raise for a setting this engine would accept but not honour.
 
-        Compaction (``cleanup.policy=compact`` and its knobs at values other than
-        Kafka's defaults) and ``preallocate=true`` are parsed and validated like Kafka
-        does, but nothing acts on them yet: a user must never believe they work. Every
-        path that makes a config effective (a broker config, a topic's overrides, a
-        writable log) calls this.
+        ``preallocate=true`` is parsed and validated like Kafka does, but nothing acts
+        on it: a user must never believe it works. Every path that makes a config
+        effective (a broker config, a topic's overrides, a writable log) calls this.
+        (Compaction and its settings are honoured: see ``storage/log/cleaner.py``.)
 
         Raises:
             ConfigError: naming the first such key and why.
         """
-        defaults = _DEFAULT_LOG_CONFIG
-        if self.compact:
-            raise ConfigError(
-                "cleanup.policy",
-                ",".join(self.cleanup_policy),
-                "log compaction is not implemented yet; use cleanup.policy=delete",
-            )
-        for name in _COMPACTION_KNOBS:
-            spec = _SPEC_BY_NAME[name]
-            value = getattr(self, spec.attr)
-            if value != getattr(defaults, spec.attr):
-                raise ConfigError(
-                    name, value, "a compaction setting, and log compaction is not implemented yet"
-                )
         if self.preallocate:
             raise ConfigError(
                 "preallocate", "true", "segment preallocation is not implemented; use false"
@@ -505,6 +493,14 @@ _BROKER_SPECS: dict[str, _Spec] = {
             "int",
             at_least=0,
         ),
+        # The cleaner's (Kafka's CleanerConfig.CONFIG_DEF): see CleanerConfig.
+        _Spec("log.cleaner.enable", "enable", "boolean"),
+        _Spec("log.cleaner.threads", "threads", "int", at_least=0),
+        _Spec("log.cleaner.dedupe.buffer.size", "dedupe_buffer_size", "long"),
+        _Spec("log.cleaner.io.buffer.size", "io_buffer_size", "int", at_least=0),
+        _Spec("log.cleaner.io.buffer.load.factor", "io_buffer_load_factor", "double"),
+        _Spec("log.cleaner.io.max.bytes.per.second", "io_max_bytes_per_second", "double"),
+        _Spec("log.cleaner.backoff.ms", "backoff_ms", "long", at_least=0),
     )
 } | {
     broker_key: dataclasses.replace(_SPEC_BY_NAME[topic_key], name=broker_key)
@@ -515,17 +511,10 @@ _LOG_DIRS_KEYS = ("log.dirs", "log.dir")
 _DEFAULT_LOG_DIR = "/tmp/kafka-logs"  # Kafka's log.dir default; not a temp file we create.
 
 # Kafka's other log.* broker keys: accepted so a real server.properties loads,
-# but they configure machinery this engine does not have (the cleaner's thread
-# pool and buffers, tiered storage, message-format conversion, timestamp skew).
+# but they configure machinery this engine does not have (tiered storage,
+# message-format conversion, timestamp skew).
 _IGNORED_KAFKA_LOG_KEYS = frozenset(
     {
-        "log.cleaner.enable",
-        "log.cleaner.threads",
-        "log.cleaner.dedupe.buffer.size",
-        "log.cleaner.io.buffer.size",
-        "log.cleaner.io.buffer.load.factor",
-        "log.cleaner.io.max.bytes.per.second",
-        "log.cleaner.backoff.ms",
         "log.message.format.version",
         "log.message.downconversion.enable",
         "log.message.timestamp.difference.max.ms",
@@ -541,17 +530,94 @@ _IGNORED_KAFKA_LOG_KEYS = frozenset(
 
 _KNOWN_BROKER_KEYS = frozenset(_BROKER_SPECS) | frozenset(_LOG_DIRS_KEYS) | _IGNORED_KAFKA_LOG_KEYS
 
-_DEFAULT_LOG_CONFIG = LogConfig()
-_COMPACTION_KNOBS = (
-    "delete.retention.ms",
-    "min.compaction.lag.ms",
-    "max.compaction.lag.ms",
-    "min.cleanable.dirty.ratio",
-)
-
 
 def _broker_check(key: str, value: object) -> None:
     _check(key, value, _BROKER_SPECS[key])
+
+
+_CLEANER_KEYS = {
+    "enable": "log.cleaner.enable",
+    "threads": "log.cleaner.threads",
+    "dedupe_buffer_size": "log.cleaner.dedupe.buffer.size",
+    "io_buffer_size": "log.cleaner.io.buffer.size",
+    "io_buffer_load_factor": "log.cleaner.io.buffer.load.factor",
+    "io_max_bytes_per_second": "log.cleaner.io.max.bytes.per.second",
+    "backoff_ms": "log.cleaner.backoff.ms",
+}
+_MIN_DEDUPE_BYTES_PER_THREAD = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CleanerConfig:
+    """The log cleaner's broker settings, Kafka's ``log.cleaner.*`` with its defaults.
+
+    ``dedupe_buffer_size`` bounds the offset map of all cleaner threads together:
+    a thread's map holds ``offset_map_slots`` entries (24 bytes each, Kafka's cost),
+    filled to ``io_buffer_load_factor`` of them per pass; a log with more keys in its
+    dirty section is cleaned in several passes. ``io_buffer_size`` and
+    ``io_max_bytes_per_second`` are parsed and validated as Kafka does; this engine
+    reads segments through its own buffers and does not throttle.
+    ``enable``/``threads``/``backoff_ms`` are for the owner that schedules cleaning
+    (the daemon).
+
+    Raises:
+        ConfigError: (on construction) a value outside Kafka's bounds, naming the
+            broker key; ``log.cleaner.dedupe.buffer.size`` of 1 MiB or less per
+            cleaner thread (Kafka's ``KafkaConfig`` rule), or a load factor with which
+            the map holds no entry (Kafka's ``Cleaner`` assertion).
+    """
+
+    enable: bool = True
+    threads: int = 1
+    dedupe_buffer_size: int = 128 * 1024 * 1024
+    io_buffer_size: int = 512 * 1024
+    io_buffer_load_factor: float = 0.9
+    io_max_bytes_per_second: float = sys.float_info.max
+    backoff_ms: int = 15 * 1000
+
+    def __post_init__(self) -> None:
+        for attr in ("io_buffer_load_factor", "io_max_bytes_per_second"):
+            value = getattr(self, attr)
+            if isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, attr, float(value))
+        for attr, key in _CLEANER_KEYS.items():
+            _broker_check(key, getattr(self, attr))
+        if self.dedupe_buffer_size // max(self.threads, 1) <= _MIN_DEDUPE_BYTES_PER_THREAD:
+            raise ConfigError(
+                "log.cleaner.dedupe.buffer.size",
+                self.dedupe_buffer_size,
+                "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread.",
+            )
+        if not self.offset_map_slots * self.io_buffer_load_factor > 1:
+            raise ConfigError(
+                "log.cleaner.io.buffer.load.factor",
+                self.io_buffer_load_factor,
+                "the offset map is too small to fit in even a single message",
+            )
+
+    @property
+    def offset_map_memory(self) -> int:
+        """Bytes of one cleaner thread's offset map (Kafka's
+        ``min(dedupeBufferSize / numThreads, Integer.MAX_VALUE)``)."""
+        return min(self.dedupe_buffer_size // max(self.threads, 1), INT_MAX)
+
+    @property
+    def offset_map_slots(self) -> int:
+        """Entries one thread's map has room for: memory / 24 (``SkimpyOffsetMap``)."""
+        return self.offset_map_memory // OFFSET_MAP_BYTES_PER_ENTRY
+
+    @classmethod
+    def from_parsed(cls, parsed: Mapping[str, object]) -> CleanerConfig:
+        """The cleaner settings among already parsed broker ``parsed`` values (the rest
+        at Kafka's defaults).
+
+        Raises:
+            ConfigError: as on construction.
+        """
+        values: dict[str, Any] = {
+            attr: parsed[key] for attr, key in _CLEANER_KEYS.items() if key in parsed
+        }
+        return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -593,6 +659,7 @@ class BrokerConfig:
     log_flush_offset_checkpoint_interval_ms: int = 60000
     log_flush_start_offset_checkpoint_interval_ms: int = 60000
     default_topic_config: LogConfig = field(default_factory=LogConfig)
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)
 
     def __post_init__(self) -> None:
         if isinstance(self.log_dirs, list):
@@ -626,6 +693,8 @@ class BrokerConfig:
                 "default_topic_config", self.default_topic_config, "expected a LogConfig"
             )
         self.default_topic_config.require_supported()
+        if not isinstance(self.cleaner, CleanerConfig):
+            raise ConfigError("cleaner", self.cleaner, "expected a CleanerConfig")
 
     def topic_log_config(self, overrides: Mapping[str, str]) -> LogConfig:
         """Return the config of a topic with topic-level ``overrides``.
@@ -679,7 +748,7 @@ class BrokerConfig:
         Keys without the ``log.`` prefix that are not log settings
         (``broker.id``, ``listeners``, ``process.roles``, ...) are ignored so a
         real ``server.properties`` loads; so are Kafka's ``log.*`` keys for
-        machinery this engine lacks (cleaner threads, tiered storage).
+        machinery this engine lacks (tiered storage, format conversion).
 
         Raises:
             ConfigError: an unknown ``log.*`` key (most likely a typo: reason
@@ -755,6 +824,7 @@ class BrokerConfig:
                 "log.flush.start.offset.checkpoint.interval.ms", 60000
             ),
             default_topic_config=dataclasses.replace(LogConfig(), **topic),
+            cleaner=CleanerConfig.from_parsed(parsed),
         )
 
 

@@ -27,7 +27,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
@@ -36,7 +36,10 @@ from ..atomic_file import fsync_directory, write_atomically
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import (
     ConfigError,
+    CorruptCheckpointError,
+    CorruptRecordError,
     InvalidTopicError,
+    LogCleaningAbortedError,
     ReadOnlyLogError,
     StorageError,
     TopicExistsError,
@@ -44,6 +47,12 @@ from ..errors import (
     UnknownTopicError,
 )
 from .checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from .cleaner_manager import (
+    CleanSummary,
+    LogCleanerManager,
+    LogCleanResult,
+    cleanable_offsets,
+)
 from .extension_index import ExtensionIndexSpec
 from .file_names import (
     CLEAN_SHUTDOWN_FILE,
@@ -59,8 +68,10 @@ from .file_names import (
 from .lock_file import LogDirLock
 from .log import Log
 from .log_config import TOPIC_CONFIG_NAMES, BrokerConfig, LogConfig, unknown_topic_config
+from .offset_map import OffsetMap
 from .segment import OPEN_SEGMENTS
 from .topic import (
+    FORMATS,
     TopicMetadata,
     collision_key,
     read_topics_document,
@@ -112,9 +123,13 @@ class LogManager:
         clock: Clock,
         read_only: bool,
         extension: ExtensionFactory | None = None,
+        default_format: str = "lines",
     ) -> None:
         self.log_dir = log_dir
         self.extension = extension
+        # The format of topics that carry none of their own (found only as partition
+        # directories: a Kafka broker's) and of creates that name none.
+        self.default_format = default_format
         self.broker_config = broker_config
         self.clock = clock
         self.read_only = read_only
@@ -130,7 +145,11 @@ class LogManager:
         self._unopened: set[TopicPartition] = set()
         # Topics found only as directories that are not loaded (``_with_found_topics``).
         self._ignored: set[str] = set()
+        # Problems with a checkpoint file already logged (``_read_checkpoint``).
+        self._checkpoint_problems: set[str] = set()
         self._closed = False
+        self.cleaner_manager = LogCleanerManager(log_dir)
+        """The cleaner's checkpoint and choice of logs (``clean``)."""
 
     @classmethod
     def open(
@@ -141,6 +160,7 @@ class LogManager:
         clock: Clock = SYSTEM_CLOCK,
         read_only: bool = False,
         extension: ExtensionFactory | None = None,
+        default_format: str = "lines",
     ) -> LogManager:
         """Open the log directory (creating it, mode 0750, when writable) and load every
         log.
@@ -153,12 +173,25 @@ class LogManager:
         ``extension`` gives each topic's extension index spec (see ``ExtensionIndexSpec``);
         the engine then keeps that index for every segment of the topic's partitions.
 
+        ``default_format`` is the format (``topic.FORMATS``) of topics found only as
+        partition directories, which carry none of their own (a copy of a Kafka
+        broker's), and of ``create_topic`` calls that name none. A writable open
+        records the found topics with it at once (when it is not ``lines``, which is
+        what an unrecorded topic always had): their position indexes are then kept in
+        it, and every later reader (a mount without the option, ``verify``) renders
+        them as they were measured.
+
         Raises:
             LogDirLockedError: another process writes this log directory.
             StorageError: a read-only open of a missing directory, or unreadable
                 metadata.
-            ConfigError: a topic's stored overrides are invalid.
+            ConfigError: a topic's stored overrides are invalid, or ``default_format``
+                is no format.
         """
+        if default_format not in FORMATS:
+            raise ConfigError(
+                "default_format", default_format, f"must be one of {', '.join(FORMATS)}"
+            )
         path = Path(log_dir)
         if broker_config is None:
             broker_config = BrokerConfig(log_dirs=(str(path),))
@@ -169,7 +202,14 @@ class LogManager:
             # 0750: the segments follow the umask (0644 under 022), so a directory the
             # engine makes keeps them from other users; an existing one keeps its mode.
             path.mkdir(mode=LOG_DIR_MODE, parents=True, exist_ok=True)
-        manager = cls(path, broker_config, clock=clock, read_only=read_only, extension=extension)
+        manager = cls(
+            path,
+            broker_config,
+            clock=clock,
+            read_only=read_only,
+            extension=extension,
+            default_format=default_format,
+        )
         # Process-wide: one bound for every log the process opens (the daemon and each
         # command open one manager; the last one opened sets it).
         OPEN_SEGMENTS.max_open = broker_config.log_segment_open_max
@@ -186,13 +226,17 @@ class LogManager:
     def _load(self) -> None:
         marker = self.log_dir / CLEAN_SHUTDOWN_FILE
         had_clean_shutdown = marker.exists()
-        recovery_points = read_offset_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
-        start_offsets = read_offset_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
+        recovery_points = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
+        start_offsets = self._read_checkpoint(LOG_START_OFFSET_CHECKPOINT)
         document = read_topics_document(self.log_dir / SEGLOG_TOPICS_FILE)
         self._topics = self._with_found_topics(
             document.topics, self._partition_dirs(), document.deleting
         )
         self._deleting = document.deleting
+        found = self._topics.keys() - document.topics.keys()
+        if not self.read_only and self.default_format != "lines" and found:
+            # Found topics take the default now and keep it (see ``open``).
+            self._commit_topics(self._topics, self._deleting)
         for metadata in self._topics.values():
             config = self.topic_config(metadata.name)
             for partition in range(metadata.partitions):
@@ -210,7 +254,7 @@ class LogManager:
                     had_clean_shutdown=had_clean_shutdown,
                     clock=self.clock,
                     writable=True,
-                    extension=self._extension_for(metadata),
+                    extension=self._extension_for(metadata, partition),
                 )
                 self._dir_ids[tp] = _directory_identity(directory)
         if not self.read_only:
@@ -248,7 +292,7 @@ class LogManager:
                 continue
             count = max(partitions) + 1
             if count <= limit:
-                topics[topic] = TopicMetadata(topic, count)
+                topics[topic] = TopicMetadata(topic, count, self.default_format)
             elif topic not in self._ignored:
                 self._ignored.add(topic)
                 logger.warning(
@@ -272,8 +316,8 @@ class LogManager:
                 tries again).
         """
         had_clean_shutdown = (self.log_dir / CLEAN_SHUTDOWN_FILE).exists()
-        recovery_points = read_offset_checkpoint(self.log_dir / RECOVERY_POINT_CHECKPOINT)
-        start_offsets = read_offset_checkpoint(self.log_dir / LOG_START_OFFSET_CHECKPOINT)
+        recovery_points = self._read_checkpoint(RECOVERY_POINT_CHECKPOINT)
+        start_offsets = self._read_checkpoint(LOG_START_OFFSET_CHECKPOINT)
         for tp in tps:
             directory = self.log_dir / topic_partition_dir_name(*tp)
             identity = _directory_identity(directory)
@@ -289,7 +333,7 @@ class LogManager:
                     had_clean_shutdown=had_clean_shutdown,
                     clock=self.clock,
                     writable=False,
-                    extension=self._extension_for(self._topics[tp[0]]),
+                    extension=self._extension_for(self._topics[tp[0]], tp[1]),
                 )
             except FileNotFoundError:
                 self._unopened.discard(tp)  # the topic was deleted while we looked
@@ -298,8 +342,40 @@ class LogManager:
             self._logs[tp] = log
             self._dir_ids[tp] = identity
 
-    def _extension_for(self, metadata: TopicMetadata) -> ExtensionIndexSpec | None:
-        return None if self.extension is None else self.extension(metadata)
+    def _read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
+        """The offsets of checkpoint file ``name`` (``RECOVERY_POINT_CHECKPOINT`` or
+        ``LOG_START_OFFSET_CHECKPOINT``); none when it cannot be read or is corrupt.
+
+        As Kafka's ``LogManager.loadLogs``, which logs a warning and goes on without the
+        file: without recovery points, a log after an unclean shutdown is recovered
+        from offset 0 (every segment re-validated: slower, never less safe); without
+        log start offsets, each log starts at its first segment's base offset (records
+        a DeleteRecords had moved past are served again until the next one; a writable
+        open rewrites both files at once). Loud: one WARNING naming the file and the
+        problem, per manager and problem (a read-only manager reads them at each open
+        of a log).
+
+        Cost: a read of the file.
+        """
+        path = self.log_dir / name
+        try:
+            return read_offset_checkpoint(path)
+        except (CorruptCheckpointError, OSError) as exc:
+            problem = f"{path}: {exc}"
+            if problem not in self._checkpoint_problems:
+                self._checkpoint_problems.add(problem)
+                fallback = (
+                    "recovering every log from offset 0 after an unclean shutdown"
+                    if name == RECOVERY_POINT_CHECKPOINT
+                    else "each log starts at the base offset of its first segment"
+                )
+                logger.warning("ignoring %s: %s; %s", name, exc, fallback)
+            return {}
+
+    def _extension_for(self, metadata: TopicMetadata, partition: int) -> ExtensionIndexSpec | None:
+        # Per partition: a rendering may name the partition in every record (json).
+        spec = None if self.extension is None else self.extension(metadata)
+        return None if spec is None else spec.for_partition(partition)
 
     def _partition_dirs(self) -> dict[str, set[int]]:
         found: dict[str, set[int]] = {}
@@ -384,10 +460,11 @@ class LogManager:
         partitions: int | None = None,
         config: Mapping[str, str] | None = None,
         *,
-        format: str = "lines",
+        format: str | None = None,
         key_separator: str | None = None,
     ) -> TopicMetadata:
-        """Create a topic with ``partitions`` (default ``num.partitions``) partitions.
+        """Create a topic with ``partitions`` (default ``num.partitions``) partitions,
+        rendered in ``format`` (default: the manager's ``default_format``).
 
         Everything is validated before anything is written, the partition count
         against ``max.topic.partitions`` and, with the partitions the directory holds,
@@ -421,6 +498,8 @@ class LogManager:
             if partitions is None:
                 partitions = self.broker_config.num_partitions
             validate_new_topic_name(name)
+            if format is None:
+                format = self.default_format
             metadata = TopicMetadata(name, partitions, format, key_separator, dict(config or {}))
             if name in self._topics:
                 raise TopicExistsError(name)
@@ -438,30 +517,47 @@ class LogManager:
             if name in self._deleting:
                 self._finish_deletions(frozenset({name}))
             self._commit_topics({**self._topics, name: metadata}, self._deleting)
+            # The directories this create makes (none is there: a deleted topic's went
+            # first, and a directory of the name would have made it a topic at open).
+            made = [
+                path
+                for path in (
+                    self.log_dir / topic_partition_dir_name(name, partition)
+                    for partition in range(partitions)
+                )
+                if not path.exists()
+            ]
             try:
                 for partition in range(partitions):
                     self._logs[(name, partition)] = Log.open(
                         self.log_dir / topic_partition_dir_name(name, partition),
                         log_config,
                         clock=self.clock,
-                        extension=self._extension_for(metadata),
+                        extension=self._extension_for(metadata, partition),
                     )
                 fsync_directory(self.log_dir)
             except BaseException:
-                self._undo_create(metadata)
+                self._undo_create(metadata, made)
                 raise
             logger.info("created topic %s with %d partition(s)", name, partitions)
             return metadata
 
-    def _undo_create(self, metadata: TopicMetadata) -> None:
+    def _undo_create(self, metadata: TopicMetadata, made: Sequence[Path] = ()) -> None:
         """Delete the topic a failed ``create_topic`` committed (the caller holds
         ``self._lock``); a failure of the undo is logged, the create's error raised.
+        ``made``: the partition directories the create made.
 
         The order is important below. The create may have failed for want of
-        descriptors (``EMFILE``: other clients of a daemon hold the rest), and the undo
-        writes the metadata file and both checkpoints, which need a few: the logs the
-        create opened (four descriptors each) are closed first, before ``_delete``
-        writes anything. The topic goes whole, as in a delete.
+        descriptors (``EMFILE``: other clients of a daemon hold the rest) or of room
+        (``ENOSPC``), and the undo writes the metadata file and both checkpoints, which
+        need a few descriptors and blocks: the logs the create opened (four descriptors
+        each) are closed first, then the directories it made are removed (their
+        preallocated indexes give their blocks back once closed: ``load_log`` closes
+        what a failed load opened), before ``_delete`` writes anything. Removing them
+        before the commit point of the delete loses nothing: they hold no record (the
+        topic is new), and a crash before the metadata write leaves the topic
+        committed without them, which the next open completes as after a crash right
+        after the create's commit point. The topic goes whole, as in a delete.
         """
         for partition in range(metadata.partitions):
             log = self._logs.pop((metadata.name, partition), None)
@@ -472,6 +568,8 @@ class LogManager:
                     logger.warning(
                         "topic %s: closing partition %d: %s", metadata.name, partition, exc
                     )
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
         try:
             self._delete(metadata)
         except Exception:
@@ -509,6 +607,86 @@ class LogManager:
                     log.config = config
             return config
 
+    def add_partitions(self, name: str, partitions: int) -> TopicMetadata:
+        """Raise a topic's partition count to ``partitions``, as Kafka's
+        ``kafka-topics.sh --alter --partitions``: increase only; the existing
+        partitions keep their records, the new ones start empty at offset 0. Keyed
+        records appended from now on map to ``murmur2(key) % partitions``, so a key's
+        later records may go to another partition than its earlier ones (as in Kafka).
+
+        Validated as ``create_topic`` validates a count (``max.topic.partitions``, the
+        directory's ``max.broker.partitions``, the directory name length) before
+        anything is written. The metadata file is the commit point: a crash after it
+        leaves missing partition directories that the next open creates. A new log
+        that fails to open (``EMFILE`` included) undoes the change: the logs opened
+        are closed, their (empty) directories removed and the old count written back.
+
+        Cost: as ``create_topic`` per new partition.
+
+        Raises:
+            UnknownTopicError: no such topic.
+            ConfigError: ``partitions`` is not above the current count, or is over a
+                maximum (nothing is changed).
+            ReadOnlyLogError: the manager is read-only.
+            OSError: the metadata file cannot be written or a new partition log
+                cannot be created; the count is unchanged.
+        """
+        with self._lock:
+            self._check_writable()
+            metadata = self.topic(name)
+            current = metadata.partitions
+            others = sum(t.partitions for t in self._topics.values()) - current
+            self.broker_config.validated_partition_count(partitions, others)
+            if partitions <= current:
+                raise ConfigError(
+                    "partitions",
+                    partitions,
+                    f"topic {name!r} has {current} partition(s); the count can only be increased",
+                )
+            problem = partition_dir_name_problem(name, partitions)
+            if problem is not None:
+                raise ConfigError("partitions", partitions, problem)
+            grown = replace(metadata, partitions=partitions)
+            self._commit_topics({**self._topics, name: grown}, self._deleting)
+            config = self.topic_config(name)
+            added = range(current, partitions)
+            try:
+                for partition in added:
+                    self._logs[(name, partition)] = Log.open(
+                        self.log_dir / topic_partition_dir_name(name, partition),
+                        config,
+                        clock=self.clock,
+                        extension=self._extension_for(grown, partition),
+                    )
+                fsync_directory(self.log_dir)
+            except BaseException:
+                # Undone in reverse: nothing was appended to the new logs yet. A failure
+                # of the undo is logged; the error that caused it is the one raised.
+                for partition in added:
+                    log = self._logs.pop((name, partition), None)
+                    try:
+                        if log is not None:
+                            log.close()
+                    except (OSError, StorageError) as exc:
+                        logger.warning("topic %s: closing partition %d: %s", name, partition, exc)
+                    shutil.rmtree(
+                        self.log_dir / topic_partition_dir_name(name, partition),
+                        ignore_errors=True,
+                    )
+                try:
+                    self._commit_topics({**self._topics, name: metadata}, self._deleting)
+                except OSError:
+                    logger.exception("topic %s: undoing a failed partition increase", name)
+                raise
+            logger.info(
+                "topic %s: partitions %d -> %d (keyed records now map to murmur2(key) %% %d)",
+                name,
+                current,
+                partitions,
+                partitions,
+            )
+            return grown
+
     def set_topic_rendering(
         self, name: str, format: str, key_separator: str | None
     ) -> TopicMetadata:
@@ -539,7 +717,10 @@ class LogManager:
             for partition, log in enumerate(logs):
                 log.close()
                 self._logs[(name, partition)] = Log.open(
-                    log.dir, config, clock=self.clock, extension=self._extension_for(changed)
+                    log.dir,
+                    config,
+                    clock=self.clock,
+                    extension=self._extension_for(changed, partition),
                 )
             logger.info("topic %s: format %s, key separator %r", name, format, key_separator)
             return changed
@@ -729,10 +910,111 @@ class LogManager:
                     due = min(due, when)
         return max(due, now)
 
+    def clean(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        force: bool = False,
+        until_clean: bool = False,
+    ) -> CleanSummary:
+        """Run a cleaning pass (log compaction) over each compacted log that is due,
+        dirtiest first, and checkpoint where each stopped (``cleaner-offset-checkpoint``).
+
+        Due, as Kafka's cleaner decides: a dirty ratio above ``min.cleanable.dirty.ratio``,
+        or a sealed dirty record older than ``max.compaction.lag.ms``; ``force`` cleans
+        every compacted log with anything cleanable (what ``seglogfs compact`` asks).
+        ``topics`` limits the logs (None: all); a named topic whose policy has no
+        ``compact`` is skipped, as is a log with an extension index (not cleanable yet)
+        and a log whose pass failed (damage, or changed under the pass: the reason is
+        in ``skipped``). ``until_clean`` repeats passes on a log until its dirty section
+        is clean (a log with more keys than the offset map holds needs several);
+        otherwise one pass a log.
+
+        Appends and reads go on meanwhile, in other threads; the manager's lock is not
+        held while a log is cleaned. The offset map is ``log.cleaner.dedupe.buffer.size``
+        over ``log.cleaner.threads`` (see ``OffsetMap``).
+
+        Cost: per pass, see ``storage/log/cleaner.py``.
+
+        Raises:
+            UnknownTopicError: a named topic does not exist.
+            ReadOnlyLogError: the manager is read-only or closed.
+            OSError: a cleaned segment or the checkpoint could not be written (the log
+                is whole; the pass is lost).
+        """
+        self._check_writable()
+        with self._lock:
+            wanted = None if topics is None else {self.topic(name).name for name in topics}
+            logs = [log for log in self.logs() if wanted is None or log.topic in wanted]
+        skipped: list[tuple[str, int, str]] = []
+        for log in logs:
+            if not log.config.compact and wanted is not None:
+                skipped.append((log.topic, log.partition, "cleanup.policy has no compact"))
+            elif log.config.compact and log.extension is not None:
+                skipped.append((log.topic, log.partition, "an extension index"))
+        logs = [log for log in logs if log.extension is None]
+        cleaner = self.broker_config.cleaner
+        offset_map = OffsetMap(cleaner.offset_map_memory, cleaner.io_buffer_load_factor)
+        now = self.clock.milliseconds()
+        results: list[LogCleanResult] = []
+        for to_clean in self.cleaner_manager.logs_to_clean(logs, now, force=force):
+            log = to_clean.log
+            if not self.cleaner_manager.begin_cleaning(log):
+                skipped.append((log.topic, log.partition, "being cleaned"))
+                continue
+            outcome = self._clean_log(log, to_clean.first_dirty_offset, offset_map, until_clean)
+            if isinstance(outcome, str):
+                skipped.append((log.topic, log.partition, outcome))
+            else:
+                results.append(outcome)
+        return CleanSummary(tuple(results), tuple(skipped))
+
+    def _clean_log(
+        self, log: Log, first_dirty: int, offset_map: OffsetMap, until_clean: bool
+    ) -> LogCleanResult | str:
+        # Passes over one log marked in progress; the checkpoint moves after each
+        # pass (a crash later re-cleans from there at worst: cleaning is idempotent).
+        segments_before, bytes_before = log.number_of_segments, log.size
+        passes = read = kept = 0
+        end = first_dirty
+        more = True
+        try:
+            while more:
+                end, stats = log.clean(offset_map, first_dirty_offset=first_dirty)
+                passes += 1
+                read += stats.records_read
+                kept += stats.records_written
+                self.cleaner_manager.update_checkpoint(log, end)
+                following = cleanable_offsets(log, end, self.clock.milliseconds())
+                more = end < following.first_uncleanable_offset and end > first_dirty
+                first_dirty = end
+                if not until_clean:
+                    break
+        except (LogCleaningAbortedError, CorruptRecordError) as exc:
+            logger.warning("%s-%d: cleaning stopped: %s", log.topic, log.partition, exc)
+            return str(exc)
+        finally:
+            self.cleaner_manager.done_cleaning(log, None)
+        return LogCleanResult(
+            log.topic,
+            log.partition,
+            passes,
+            segments_before,
+            log.number_of_segments,
+            bytes_before,
+            log.size,
+            read,
+            kept,
+            end,
+            more,
+        )
+
     def checkpoint(self) -> None:
-        """Write both checkpoint files."""
+        """Write both checkpoint files (and drop deleted partitions' cleaner checkpoints)."""
         self.checkpoint_recovery_points()
         self.checkpoint_log_start_offsets()
+        with self._lock:
+            self.cleaner_manager.retain_only(self._logs)
 
     def checkpoint_recovery_points(self) -> None:
         with self._lock:

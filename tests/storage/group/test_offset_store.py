@@ -76,12 +76,8 @@ def test_commits_are_kafkas_records_in_the_groups_partition(
         store.commit("g", {("t", 0): 2, ("t", 1): 0}, metadata="m")
         assert manager.topic(OFFSETS_TOPIC).partitions == 50
         overrides = manager.topic(OFFSETS_TOPIC).overrides
-        # Compaction is not implemented: delete with infinite retention until it is.
-        assert overrides == {
-            "cleanup.policy": "delete",
-            "retention.ms": "-1",
-            "segment.bytes": "104857600",
-        }
+        # Kafka's: compacted, segments of offsets.topic.segment.bytes.
+        assert overrides == {"cleanup.policy": "compact", "segment.bytes": "104857600"}
         log = manager.log(OFFSETS_TOPIC, partition_for_group("g", 50))
         records = list(log.records(0))
         assert [parse_key(r.key or b"") for r in records] == [
@@ -225,3 +221,35 @@ def test_shared_is_one_store_per_manager(log_dir: Path, clock: ManualClock) -> N
     manager, _store_unused = _store(log_dir, clock)
     with manager:
         assert OffsetStore.shared(manager) is OffsetStore.shared(manager)
+
+
+def test_compaction_keeps_the_latest_commit_per_key(tmp_path: Path, clock: ManualClock) -> None:
+    # Kafka compacts __consumer_offsets: once the cleaner has run, each sealed segment
+    # holds at most the latest commit of each (group, topic, partition), and a store
+    # opened afresh reads the same committed offsets as before.
+    log_dir = tmp_path / "logs"
+    manager, store = _store(log_dir, clock, offsets_topic_segment_bytes=1024)
+    with manager:
+        for i in range(300):
+            store.commit("g", {("t", i % 2): i})
+            store.commit("h", {("t", 0): 1000 + i})
+        log = manager.log(OFFSETS_TOPIC, partition_for_group("g", 50))
+        before = sum(1 for _ in log.records(0))
+        summary = manager.clean([OFFSETS_TOPIC], force=True, until_clean=True)
+        assert summary is not None
+        active = log.segments.last_segment
+        assert active is not None
+        sealed_keys = [
+            parse_key(r.key or b"") for r in log.records(0) if r.offset < active.base_offset
+        ]
+        after = sum(1 for _ in log.records(0))
+    assert before >= 300  # one commit record each time (h may share g's partition)
+    assert after < before / 3
+    assert len(sealed_keys) == len(set(sealed_keys)), sealed_keys
+    manager, store = _store(log_dir, clock)
+    with manager:
+        assert {tp: v.offset for tp, v in store.committed("g").items()} == {
+            ("t", 0): 298,
+            ("t", 1): 299,
+        }
+        assert {tp: v.offset for tp, v in store.committed("h").items()} == {("t", 0): 1299}

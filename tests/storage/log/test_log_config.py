@@ -458,15 +458,9 @@ def test_broker_synonyms_map_to_topic_fields() -> None:
 
 @pytest.mark.parametrize(
     ("broker_key", "topic_key", "value"),
-    [
-        ("log.cleanup.policy", "cleanup.policy", "compact"),
-        ("log.cleanup.policy", "cleanup.policy", "compact,delete"),
-        ("log.cleaner.delete.retention.ms", "delete.retention.ms", "7"),
-        ("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms", "8"),
-        ("log.cleaner.max.compaction.lag.ms", "max.compaction.lag.ms", "9"),
-        ("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio", "0.9"),
-        ("log.preallocate", "preallocate", "true"),
-    ],
+    # Compaction and its settings are honoured since the cleaner exists
+    # (tests/storage/log/test_cleaner_config.py); preallocation is not.
+    [("log.preallocate", "preallocate", "true")],
 )
 def test_settings_the_engine_does_not_honour_are_refused(
     broker_key: str, topic_key: str, value: str
