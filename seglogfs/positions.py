@@ -18,6 +18,7 @@ readers find positions through it (``seglogfs.daemon.position_reader``).
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -27,6 +28,7 @@ from storage import (
     RecordBatch,
     TopicMetadata,
 )
+from storage.record.json_format import json_rendered_size, render_json_batch
 from storage.record.render import RenderedBatch, render_batch, rendered_size
 
 __all__ = [
@@ -49,33 +51,60 @@ Entries are 12 bytes, so the index is 0.3% of the rendered size."""
 
 @dataclass(frozen=True)
 class Rendering:
-    """How a topic's records render (its ``format`` and ``key.separator``)."""
+    """How a partition's records render: its topic's ``format`` and ``key.separator``,
+    and for ``json``, which names them in every record, the topic and partition."""
 
     raw: bool
     key_separator: bytes | None
+    json_of: tuple[str, int] | None = None
+    """``(topic, partition)`` for the ``json`` format, else None."""
 
     @classmethod
-    def of(cls, metadata: TopicMetadata) -> Rendering:
+    def of(cls, metadata: TopicMetadata, partition: int) -> Rendering:
         separator = metadata.key_separator
         return cls(
             metadata.format == "raw",
             None if separator is None else separator.encode("utf-8"),
+            (metadata.name, partition) if metadata.format == "json" else None,
         )
 
     def render(self, batch: RecordBatch) -> RenderedBatch:
+        """The batch's records as the partition file shows them.
+
+        Raises:
+            CorruptRecordError: the records do not parse.
+        """
+        if self.json_of is not None:
+            return render_json_batch(batch, *self.json_of)
         return render_batch(batch, raw=self.raw, key_separator=self.key_separator)
 
     def measure(self, batch: RecordBatch) -> int:
+        """``len(self.render(batch).data)``, without the bytes where the format allows.
+
+        Raises:
+            CorruptRecordError: the records do not parse.
+        """
+        if self.json_of is not None:
+            return json_rendered_size(batch, *self.json_of)
         return rendered_size(batch, raw=self.raw, key_separator=self.key_separator)
 
 
 def position_index_spec(metadata: TopicMetadata) -> ExtensionIndexSpec:
-    """The position index of a topic's partitions, for ``LogManager.open(extension=)``."""
-    rendering = Rendering.of(metadata)
+    """The position index of a topic's partitions, for ``LogManager.open(extension=)``
+    (a ``json`` topic's measure is per partition: its records name the partition)."""
+    if metadata.format != "json":
+        rendering = Rendering.of(metadata, 0)
+        return ExtensionIndexSpec(
+            POSITION_INDEX_SUFFIX,
+            POSITION_INDEX_INTERVAL,
+            partial(rendered_size, raw=rendering.raw, key_separator=rendering.key_separator),
+        )
+
+    def measure_of(partition: int) -> Callable[[RecordBatch], int]:
+        return Rendering.of(metadata, partition).measure
+
     return ExtensionIndexSpec(
-        POSITION_INDEX_SUFFIX,
-        POSITION_INDEX_INTERVAL,
-        partial(rendered_size, raw=rendering.raw, key_separator=rendering.key_separator),
+        POSITION_INDEX_SUFFIX, POSITION_INDEX_INTERVAL, measure_of(0), measure_of
     )
 
 

@@ -111,14 +111,18 @@ def rendered_units(
     metadata: TopicMetadata,
     values: Sequence[bytes | None],
     keys: Sequence[bytes | None] | None,
-) -> int:
+) -> int | None:
     """The bytes these records add to the partition file (SPEC §3, as
     ``storage.record.render`` renders them), handed to ``Log.append(units=)`` so the engine
     need not decode the batch it just encoded to measure it. ``seglogfs verify``
     recomputes every position from ``storage.record.render`` and reports any difference.
+    None for a ``json`` topic: its lines hold the offsets the append assigns, so the
+    engine measures the batches it built (``position_index_spec``).
 
     Cost: O(records), with no object per record.
     """
+    if metadata.format == "json":
+        return None
     if None in values:
         total = sum(len(value) for value in values if value is not None)
     else:

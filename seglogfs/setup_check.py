@@ -34,6 +34,7 @@ __all__ = [
     "check_fuse_device",
     "check_log_dir",
     "check_mount_point",
+    "check_mount_point_empty",
     "config_file_error",
     "log_dir_error",
     "mount_at",
@@ -204,6 +205,27 @@ def check_mount_point(path: Path) -> None:
         raise SetupError(
             f"mount point {path} is mounted already ({mounted.fs_type} from "
             f"{mounted.source}): unmount it first with fusermount3 -u {path}"
+        )
+
+
+def check_mount_point_empty(path: Path) -> None:
+    """Refuse a mount point that holds files: the mount would hide them, silently,
+    until it is unmounted (libfuse 3 dropped its own ``nonempty`` check, and
+    ``fusermount3`` as root never made one). ``-o nonempty`` skips this check. A
+    directory that cannot be listed is left to the mount to judge.
+
+    Raises:
+        SetupError: naming the mount point, one of its entries and the way out.
+    """
+    try:
+        with os.scandir(path) as entries:
+            first = next(entries, None)
+    except OSError:
+        return
+    if first is not None:
+        raise SetupError(
+            f"mount point {path} is not empty (it holds {first.name!r}): the mount would "
+            "hide its files; use an empty directory, or pass -o nonempty"
         )
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
+import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -35,6 +37,8 @@ __all__ = [
     "open_read_only",
     "open_writable",
     "parents",
+    "silence_stdout",
+    "stdout_reader_gone",
 ]
 
 PROG = "seglogfs"
@@ -76,6 +80,10 @@ def parents() -> Parents:
         "-d",
         "--log-dir",
         metavar="DIR",
+        # Unset unless given: ``topics`` and ``groups`` take -d before their action
+        # too, and argparse copies every attribute of the action's namespace over the
+        # family's, so a default of None after the action would erase a -d before it.
+        default=argparse.SUPPRESS,
         help=f"the log directory (default: ${LOG_DIR_ENV})",
     )
     writer = Parser(add_help=False)
@@ -173,3 +181,27 @@ def open_writable(
             writing=True,
             read_only_hint=": the commands that read (consume, topics list|describe) work",
         ) from None
+
+
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe (or socket) whose reader has gone (``| head``).
+
+    A ``BrokenPipeError`` may also come from the daemon's control socket; only a
+    closed stdout is the quiet end every Unix tool makes. The kernel reports a pipe
+    without readers as ``POLLERR`` on its write end, so this asks without writing.
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced stdout (tests, embedding)
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def silence_stdout() -> None:
+    """Point stdout at ``/dev/null`` so the interpreter's final flush of what is still
+    buffered cannot fail again (``Exception ignored ... BrokenPipeError``, exit 120)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -30,10 +30,8 @@ groups beside producers).
 from __future__ import annotations
 
 import argparse
-import base64
 import bisect
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -52,11 +50,12 @@ from storage import (
     Record,
     RecordBatch,
     SegmentDeletedError,
-    render_batch,
+    render_json_batch,
 )
 from storage.number import abbreviated, decimal_long
 
 from .. import control
+from ..positions import Rendering
 from .common import (
     EXIT_OK,
     CommandError,
@@ -140,15 +139,6 @@ def _damaged(topic: str, partition: int, exc: CorruptRecordError, offset: int = 
     return CommandError(f"{where}: {exc}")
 
 
-def _text_or_base64(data: bytes | None) -> object:
-    if data is None:
-        return None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"base64": base64.b64encode(data).decode("ascii")}
-
-
 class _Consumer:
     """Writes the records of some partitions from their start offsets to ``out``."""
 
@@ -168,9 +158,6 @@ class _Consumer:
         self.manager = manager
         self.metadata = manager.topic(topic)
         self.topic = topic
-        self.raw = self.metadata.format == "raw"
-        separator = self.metadata.key_separator
-        self.separator = separator.encode() if separator is not None else None
         self.json_format = json_format
         self.key_delimiter = key_delimiter
         self.remaining = count
@@ -207,13 +194,14 @@ class _Consumer:
                     if batch.is_control:
                         position = batch.next_offset
                         continue
+                    # A signal here would end the command with the batch's records
+                    # written (stdout may be unbuffered) and its position not moved:
+                    # its last commit would make the group read them again.
                     with _INTERRUPTS.whole_batch():
-                        if self.json_format:
-                            n, position = self._write_json(batch, partition, position)
-                        elif self.key_delimiter is not None:
+                        if self.key_delimiter is not None:
                             n, position = self._write_keyed(batch, position, self.key_delimiter)
                         else:
-                            n, position = self._write_rendered(batch, position)
+                            n, position = self._write_rendered(batch, partition, position)
                         written += n
                         self.positions[partition] = position
                     if self.on_progress is not None:
@@ -241,8 +229,13 @@ class _Consumer:
         self.remaining -= taken
         return taken
 
-    def _write_rendered(self, batch: RecordBatch, start: int) -> tuple[int, int]:
-        rendered = render_batch(batch, raw=self.raw, key_separator=self.separator)
+    def _write_rendered(self, batch: RecordBatch, partition: int, start: int) -> tuple[int, int]:
+        # --format json and a json topic's file bytes are one renderer's output
+        # (storage.record.json_format): the same line for the same record.
+        if self.json_format:
+            rendered = render_json_batch(batch, self.topic, partition)
+        else:
+            rendered = Rendering.of(self.metadata, partition).render(batch)
         offsets = rendered.offsets
         first = bisect.bisect_left(offsets, start)
         n = self._take(len(offsets) - first)
@@ -277,26 +270,6 @@ class _Consumer:
                 b"".join(b"%s%s%s\n" % (r.key or b"", delimiter, r.value or b"") for r in chosen)
             )
         return len(chosen), next_position
-
-    def _write_json(self, batch: RecordBatch, partition: int, start: int) -> tuple[int, int]:
-        chosen, next_position = self._chosen(batch, start)
-        n = len(chosen)
-        lines = []
-        for record in chosen:
-            document = {
-                "topic": self.topic,
-                "partition": partition,
-                "offset": record.offset,
-                "timestamp": record.timestamp,
-                "timestampType": record.timestamp_type.display_name,
-                "key": _text_or_base64(record.key),
-                "value": _text_or_base64(record.value),
-                "headers": [[k, _text_or_base64(v)] for k, v in record.headers],
-            }
-            lines.append(json.dumps(document, ensure_ascii=False) + "\n")
-        if lines:
-            self.out.write("".join(lines).encode("utf-8"))
-        return n, next_position
 
 
 def _cmd_consume(args: argparse.Namespace) -> int:

@@ -64,7 +64,10 @@ def run(log_dir: Path, workdir: Path) -> None:
                 raise SystemExit(f"the mount did not come up (exit code {daemon.poll()})")
             time.sleep(0.05)
         m = shlex.quote(str(mnt))
-        _shell(f"mkdir {m}/orders")
+        if (log_dir / "orders-0").is_dir():
+            # A kept DIR run again: the topic and its records are still there.
+            print("# orders exists from an earlier run: this run appends to it", flush=True)
+        _shell(f"mkdir -p {m}/orders")
         _shell(f"echo 'order 1: 2 coffees' >> {m}/orders/0")
         _shell(f"printf 'order 2: 1 tea\\norder 3: 3 croissants\\n' >> {m}/orders/0")
         _shell(f"cat {m}/orders/0")
@@ -105,9 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log_dir", nargs="?", type=Path, help="log directory to keep")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="seglog-demo-") as tmp:
-        log_dir = args.log_dir if args.log_dir is not None else Path(tmp) / "logs"
-        run(log_dir.resolve(), Path(tmp))
+    try:
+        with tempfile.TemporaryDirectory(prefix="seglog-demo-") as tmp:
+            log_dir = args.log_dir if args.log_dir is not None else Path(tmp) / "logs"
+            run(log_dir.resolve(), Path(tmp))
+    except subprocess.CalledProcessError as exc:
+        # The step printed its own error above; name it in one line, no traceback.
+        step = exc.cmd if isinstance(exc.cmd, str) else shlex.join(map(str, exc.cmd))
+        print(f"demo: error: exit code {exc.returncode} from: {step}", file=sys.stderr)
+        return 1
     return 0
 
 

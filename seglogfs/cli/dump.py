@@ -168,6 +168,8 @@ def dump_files(paths: list[Path], options: DumpOptions, out: TextIO, err: TextIO
                 err.write(f"Ignoring {path}: producer snapshots are not decoded here\n")
             else:
                 err.write(f"Ignoring unknown file {path}\n")
+        except BrokenPipeError:
+            raise  # stdout's reader left (``| head``), not a file's problem: main ends
         except (OSError, ValueError, CorruptRecordError) as exc:
             out.flush()
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

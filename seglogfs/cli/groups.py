@@ -554,6 +554,7 @@ def add_parser(commands: argparse._SubParsersAction[Parser], shared: Parents) ->
     """Add ``groups`` and its actions to ``commands``."""
     groups = commands.add_parser(
         "groups",
+        parents=[shared.log_dir],  # -d before the action too: groups -d DIR list
         help="list, describe, reset or delete consumer groups (like kafka-consumer-groups.sh)",
     )
     actions = groups.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)

@@ -34,7 +34,18 @@ from .. import __version__, control
 from ..open_files_limit import raise_open_files_limit
 from ..setup_check import SetupError
 from . import consume, delete_records, dump, groups, mount, produce, topics, verify
-from .common import EXIT_ERROR, EXIT_USAGE, PROG, CommandError, Parser, UsageError, parents
+from .common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    PROG,
+    CommandError,
+    Parser,
+    UsageError,
+    parents,
+    silence_stdout,
+    stdout_reader_gone,
+)
 from .produce import PartialProduceError
 
 __all__ = ["build_parser", "main"]
@@ -88,7 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             prog = f"{PROG} mount"
             return mount.run_mount(arguments[1:])
         parser = build_parser()
-        args, extra = parser.parse_known_args(arguments)
+        try:
+            args, extra = parser.parse_known_args(arguments)
+        except SystemExit:
+            sys.stdout.flush()  # ``--help | head``: a closed pipe ends quietly, below
+            raise
         if extra:
             # Name the subcommand in the error, as argparse does for its other errors.
             command_parser = getattr(args, "command_parser", parser)
@@ -97,7 +112,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("topics", "groups"):
             prog += f" {args.action}"
         handler: Callable[[argparse.Namespace], int] = args.handler
-        return handler(args)
+        code = handler(args)
+        # Flush here, not at interpreter exit, so a reader gone meanwhile is the
+        # quiet end below instead of an ignored exception and exit 120.
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError as exc:
+        if stdout_reader_gone():
+            # ``seglogfs ... | head``: the reader has what it wanted. Stop quietly and
+            # exit 0, as ``consume`` always has: the output was not wrong.
+            silence_stdout()
+            return EXIT_OK
+        sys.stderr.write(f"{prog}: error: {_error_line(exc)}\n")
+        return EXIT_ERROR
     except PartialProduceError as exc:
         cause = exc.cause
         sys.stderr.write(

@@ -27,7 +27,8 @@ def run_mount(argv: list[str]) -> int:
         description="Mount a log directory: topics as directories, partitions as files.",
     )
     mount.add_arguments(parser)
-    return int(mount.run(parser.parse_args(argv)))
+    # After a mount, exit as soon as the work is done, without the interpreter's teardown.
+    return int(mount.exit_when_done(mount.run(parser.parse_args(argv))))
 
 
 def add_parser(commands: argparse._SubParsersAction[Parser], shared: Parents) -> None:

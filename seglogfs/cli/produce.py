@@ -14,10 +14,18 @@ import os
 import select
 import signal
 import sys
-from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
+import time
+from collections.abc import Iterator
+from typing import Any, NoReturn, Protocol
 
-from storage import StickyPartitioner, StorageError, TopicMetadata, UnknownTopicError
+from storage import (
+    Header,
+    StickyPartitioner,
+    StorageError,
+    TopicMetadata,
+    UnknownTopicError,
+    parse_json_lines,
+)
 
 from .. import control
 from ..producer import append_records, split_keys
@@ -93,10 +101,19 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         )
 
         def send(
-            values: list[bytes | None], keys: list[bytes | None] | None
+            values: list[bytes | None],
+            keys: list[bytes | None] | None,
+            headers: list[tuple[Header, ...]] | None = None,
+            timestamps: list[int] | None = None,
         ) -> list[tuple[int, int, int]]:
             records = [
-                (None if keys is None else keys[i], values[i], (), None) for i in range(len(values))
+                (
+                    None if keys is None else keys[i],
+                    values[i],
+                    () if headers is None else headers[i],
+                    None if timestamps is None else timestamps[i],
+                )
+                for i in range(len(values))
             ]
             return control.produce(log_dir, topic, records, partition=args.partition)
 
@@ -106,13 +123,18 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         partitioner = StickyPartitioner(metadata.partitions)
 
         def append(
-            values: list[bytes | None], keys: list[bytes | None] | None
+            values: list[bytes | None],
+            keys: list[bytes | None] | None,
+            headers: list[tuple[Header, ...]] | None = None,
+            timestamps: list[int] | None = None,
         ) -> list[tuple[int, int, int]]:
             return append_records(
                 manager,
                 topic,
                 values,
                 keys=keys,
+                headers=headers,
+                timestamps=timestamps,
                 partition=args.partition,
                 partitioner=partitioner,
             )
@@ -120,14 +142,33 @@ def _cmd_produce(args: argparse.Namespace) -> int:
         return _produce_stream(args, metadata, append)
 
 
+class _Send(Protocol):
+    """Append one producer call's records: values, keys, headers and timestamps (None:
+    no keys, no headers, the append time); return (partition, first, last offset) per
+    partition written."""
+
+    def __call__(
+        self,
+        values: list[bytes | None],
+        keys: list[bytes | None] | None,
+        headers: list[tuple[Header, ...]] | None = None,
+        timestamps: list[int] | None = None,
+    ) -> list[tuple[int, int, int]]: ...
+
+
 def _produce_stream(
     args: argparse.Namespace,
     metadata: TopicMetadata,
-    send: Callable[[list[bytes | None], list[bytes | None] | None], list[tuple[int, int, int]]],
+    send: _Send,
 ) -> int:
     if args.partition is not None and not 0 <= args.partition < metadata.partitions:
         raise UnknownTopicError(metadata.name, args.partition)
-    raw = args.raw or metadata.format == "raw"
+    input_format = args.format or ("raw" if args.raw else metadata.format)
+    if args.raw and input_format != "raw":
+        raise UsageError(f"--raw and --format {input_format}: choose one")
+    raw = input_format == "raw"
+    if input_format == "json" and args.key_separator:
+        raise UsageError('-K/--key-separator does not apply to json input: give "key"')
     if args.key_separator == "":
         raise UsageError("-K/--key-separator must not be empty")
     separator_text = args.key_separator or metadata.key_separator
@@ -145,6 +186,14 @@ def _produce_stream(
                     with guard.appending():
                         send(list(chunks), None)
                     written += len(chunks)
+            elif input_format == "json":
+                for lines in _line_batches(fd):
+                    # A batch of lines is parsed whole before any is appended: a bad
+                    # line stops the command with what came before it appended.
+                    records = parse_json_lines(lines, time.time_ns() // 1_000_000)
+                    with guard.appending():
+                        send(records.values, records.keys, records.headers, records.timestamps)
+                    written += len(lines)
             else:
                 for lines in _line_batches(fd):
                     with guard.appending():
@@ -234,6 +283,14 @@ def add_parser(commands: argparse._SubParsersAction[Parser], shared: Parents) ->
         metavar="SEP",
         help="split each line at the first SEP into key and value "
         "(default: the topic's key.separator; a line without SEP has no key)",
+    )
+    produce.add_argument(
+        "--format",
+        choices=("lines", "raw", "json"),
+        help="how stdin is read: lines, raw chunks, or one JSON object a line as a "
+        'json topic renders records ({"key": ..., "value": ..., "headers": [[k, v]], '
+        '"timestamp": ms}; topic, partition, offset ignored) (default: the topic\'s '
+        "format)",
     )
     produce.add_argument(
         "--raw",

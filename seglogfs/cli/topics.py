@@ -8,7 +8,9 @@ through it (``seglogfs.control``) and give the same results and errors; ``list``
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from storage import StorageError, TopicExistsError, UnknownTopicError
 from storage.number import INT_MAX, INT_MIN, abbreviated, parse_java_integer
@@ -142,8 +144,19 @@ def _cmd_topics_alter(args: argparse.Namespace) -> int:
     name = _topic_name(args)
     to_set = _parse_config_pairs(args.add_config, "--add-config")
     to_delete = list(args.delete_config or ())
+    if args.partitions is not None:
+        if to_set or to_delete:
+            # Two changes, each all or nothing: one command each, so that a refused
+            # count never follows an applied config (or the other way round).
+            raise UsageError(
+                "--partitions cannot be combined with --add-config/--delete-config: "
+                "run one command for each"
+            )
+        return _add_partitions(log_dir, name, args)
     if not to_set and not to_delete:
-        raise UsageError("nothing to alter: give --add-config and/or --delete-config")
+        raise UsageError(
+            "nothing to alter: give --partitions, or --add-config and/or --delete-config"
+        )
     try:
         if control.daemon_socket(log_dir) is not None:
             control.request(log_dir, "alter_topic", name=name, set=to_set, delete=to_delete)
@@ -155,6 +168,30 @@ def _cmd_topics_alter(args: argparse.Namespace) -> int:
             return EXIT_OK
         raise
     print(f"Completed updating config for topic {name}.")
+    return EXIT_OK
+
+
+def _add_partitions(log_dir: Path, name: str, args: argparse.Namespace) -> int:
+    """``topics alter --partitions N``: as ``kafka-topics.sh --alter --partitions``,
+    increase only, and the same warning about keys."""
+    count: int = args.partitions
+    try:
+        if control.daemon_socket(log_dir) is not None:
+            control.request(log_dir, "add_partitions", name=name, partitions=count)
+        else:
+            with open_writable(log_dir, args) as manager:
+                manager.add_partitions(name, count)
+    except (UnknownTopicError, control.ControlError) as exc:
+        if args.if_exists and _is_error(exc, UnknownTopicError):
+            return EXIT_OK
+        raise
+    # The warning kafka-topics.sh printed for --alter --partitions (ZooKeeper era).
+    print(
+        "WARNING: If partitions are increased for a topic that has a key, the partition "
+        "logic or ordering of the messages will be affected",
+        file=sys.stderr,
+    )
+    print(f"Adding partitions succeeded! Topic {name} now has {count} partitions.")
     return EXIT_OK
 
 
@@ -181,7 +218,9 @@ def _cmd_topics_delete(args: argparse.Namespace) -> int:
 def add_parser(commands: argparse._SubParsersAction[Parser], shared: Parents) -> None:
     """Add ``topics`` and its actions to ``commands``."""
     topics = commands.add_parser(
-        "topics", help="create, list, describe, alter or delete topics (like kafka-topics.sh)"
+        "topics",
+        parents=[shared.log_dir],  # -d before the action too: topics -d DIR list
+        help="create, list, describe, alter or delete topics (like kafka-topics.sh)",
     )
     actions = topics.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
     actions.required = True
@@ -210,9 +249,10 @@ def add_parser(commands: argparse._SubParsersAction[Parser], shared: Parents) ->
     )
     create.add_argument(
         "--format",
-        choices=("lines", "raw"),
-        default="lines",
-        help="how partition files render records (fixed at creation; default lines)",
+        choices=("lines", "raw", "json"),
+        help="how partition files render records: one record a line, values back to back, "
+        "or one JSON object a line (fixed once a record exists; default lines, or a "
+        "running daemon's default_format)",
     )
     create.add_argument(
         "--key-separator", metavar="SEP", help="lines topics: text between key and value"
@@ -236,9 +276,18 @@ def add_parser(commands: argparse._SubParsersAction[Parser], shared: Parents) ->
     describe.set_defaults(handler=_cmd_topics_describe, command_parser=describe)
 
     alter = actions.add_parser(
-        "alter", parents=[shared.log_dir, shared.writer], help="change config overrides"
+        "alter",
+        parents=[shared.log_dir, shared.writer],
+        help="add partitions, or change config overrides",
     )
     topic_arguments(alter)
+    alter.add_argument(
+        "--partitions",
+        type=_partition_count,
+        metavar="N",
+        help="raise the partition count to N (increase only, as Kafka; keyed records "
+        "then map to murmur2(key) %% N, so a key's later records may go elsewhere)",
+    )
     alter.add_argument(
         "--add-config", action="append", metavar="KEY=VALUE", help="set an override (repeatable)"
     )

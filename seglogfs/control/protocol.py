@@ -19,7 +19,8 @@ uncompressed v2 record batch (Kafka's own encoding, so headers, null keys and va
 and timestamps need no second format); a timestamp of -1 means "the daemon's now".
 
 Ops: ``ping``, ``list_topics``, ``create_topic(name, partitions, config, format,
-key_separator)``, ``alter_topic(name, set, delete)``, ``delete_topic(name)``,
+key_separator)``, ``alter_topic(name, set, delete)``, ``add_partitions(name,
+partitions)`` (increase only; the result is the new count), ``delete_topic(name)``,
 ``describe_topic(name)``, ``produce(topic, partition)``, ``delete_records(partitions)``
 (``[{"topic": T, "partition": P, "offset": O}, ...]``, as in the file
 ``kafka-delete-records.sh`` reads; the result is ``delete_records``'s); for consumer
@@ -510,6 +511,7 @@ OPS: dict[str, dict[str, Arg]] = {
         "set": Arg(_CONFIG, optional=True),
         "delete": Arg(_ListOf("a list of strings", _STRING), optional=True),
     },
+    "add_partitions": {"name": Arg(_STRING), "partitions": Arg(_INT32)},
     "delete_topic": {"name": Arg(_STRING)},
     "describe_topic": {"name": Arg(_STRING)},
     "produce": {"topic": Arg(_STRING), "partition": Arg(_INT32, optional=True)},

@@ -119,7 +119,7 @@ class _Handlers:
             name = args["name"]
             partitions = args["partitions"]
             config = args["config"] or {}
-            fmt = args["format"] or "lines"
+            fmt = args["format"] or None  # None: the daemon's default_format
             separator = args["key_separator"]
 
             def create() -> object:
@@ -137,6 +137,15 @@ class _Handlers:
                 return dict(sorted(manager.topic(name).overrides.items()))
 
             return await self.run_sync(alter)
+        if op == "add_partitions":
+            name, count = args["name"], args["partitions"]
+
+            def add() -> object:
+                return manager.add_partitions(name, count).partitions
+
+            # The sticky partitioner of the topic follows the new count by itself
+            # (``_produce`` replaces it when the count differs).
+            return await self.run_sync(add)
         if op == "delete_topic":
             name = args["name"]
             await self.run_sync(manager.delete_topic, name)

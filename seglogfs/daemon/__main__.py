@@ -3,7 +3,8 @@
 import os
 import sys
 
-from .mount import main
+from .mount import exit_when_done, main
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")
-sys.exit(main())
+# After a mount, exit as soon as the work is done, without the interpreter's teardown.
+sys.exit(exit_when_done(main()))

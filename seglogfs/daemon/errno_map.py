@@ -19,6 +19,7 @@ from storage import (
     IndexFullError,
     InvalidOffsetError,
     InvalidTopicError,
+    JsonRecordError,
     LogDirLockedError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
@@ -37,6 +38,7 @@ ERRNO_BY_ERROR: dict[type[BaseException], int] = {
     TopicNotEmptyError: errno.EPERM,  # setfattr of the format once records exist
     InvalidTopicError: errno.EINVAL,  # Kafka's name rules, or a '.'/'_' collision
     ConfigError: errno.EINVAL,  # setfattr of a bad config value
+    JsonRecordError: errno.EINVAL,  # a line written to a json topic that is no record
     RecordTooLargeError: errno.EFBIG,  # a record over max.message.bytes
     ReadOnlyLogError: errno.EROFS,  # a mutation on a read-only mount (or a closed log)
     OffsetOutOfRangeError: errno.ENOENT,  # a view of an offset the log does not hold

@@ -125,7 +125,7 @@ class GroupViews(Namespace, ReadPath, WritePath):
         while (closing := self._group_commits.get(key)) is not None:
             await closing.wait()
         log = self.manager.log(parent.topic, view.partition)
-        rendering = Rendering.of(metadata)
+        rendering = Rendering.of(metadata, view.partition)
         store = self._groups()
 
         def resolve() -> Node | None:
@@ -217,7 +217,7 @@ class GroupViews(Namespace, ReadPath, WritePath):
             if end < 0:
                 offset = node.view_offset
             else:
-                rendering = Rendering.of(self._metadata(node.topic))
+                rendering = Rendering.of(self._metadata(node.topic), node.partition)
                 offset = offset_after(log, rendering, end)
             store.commit(node.group, {(node.topic, node.partition): offset}, member_id=member_id)
         except (StorageError, OSError) as exc:

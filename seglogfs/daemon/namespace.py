@@ -48,7 +48,7 @@ from storage import (
     validate_topic_name,
 )
 from storage.log.log_config import UNKNOWN_TOPIC_CONFIG, closest_topic_config
-from storage.number import abbreviated
+from storage.number import INT_MAX, INT_MIN, abbreviated, parse_java_integer
 
 from ..positions import Rendering, position_of_offset
 from .handler import fail, handler
@@ -169,7 +169,7 @@ class Namespace(MountState):
         if view is None or view.partition >= metadata.partitions:
             raise fail(errno.ENOENT)
         log = self.manager.log(parent.topic, view.partition)
-        rendering = Rendering.of(metadata)
+        rendering = Rendering.of(metadata, view.partition)
 
         def resolve() -> Node | None:
             self._sync_refresh(log)
@@ -493,7 +493,8 @@ class Namespace(MountState):
             logger.warning("setfattr %s on topic %s refused: the value is not UTF-8", key, topic)
             raise fail(errno.EINVAL) from None
         if key == "partitions":
-            raise fail(errno.EPERM)
+            await self._add_partitions(topic, text)
+            return
         try:
             async with self._admin:
                 if key in ("format", "key.separator"):
@@ -518,6 +519,28 @@ class Namespace(MountState):
             logger.warning("setfattr %s on topic %s refused: %s", key, topic, exc)
             raise fail(errno.EINVAL) from None
         logger.info("topic %s: set %s=%s", topic, key, text)
+
+    async def _add_partitions(self, topic: str, text: str) -> None:
+        """``setfattr -n user.seglog.partitions -v N``: Kafka's ``kafka-topics.sh --alter
+        --partitions N`` (increase only). The new partition files exist as soon as it
+        returns: every listing and lookup reads the count from the engine. Keyed lines
+        written to ``produce`` from then on map to ``murmur2(key) % N``; a ``produce``
+        file already open goes on with the partitions it was opened on."""
+        count = parse_java_integer(text.strip(), INT_MIN, INT_MAX)
+        if count is None:
+            logger.warning(
+                "setfattr partitions on topic %s refused: %r is not a whole number",
+                topic,
+                abbreviated(text),
+            )
+            raise fail(errno.EINVAL)
+        try:
+            async with self._admin:
+                # The engine logs the change (an INFO line), as for the control socket.
+                await self._run(self.manager.add_partitions, topic, count)
+        except ConfigError as exc:
+            logger.warning("setfattr partitions on topic %s refused: %s", topic, exc.reason)
+            raise fail(errno.EINVAL) from None
 
     @handler
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:

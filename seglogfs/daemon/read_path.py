@@ -178,7 +178,7 @@ class ReadPath(MountState):
 
     def _sync_read(self, of: OpenFile, log: Log, off: int, size: int, ahead: int) -> Any:
         self._sync_refresh(log)
-        rendering = Rendering.of(self._metadata(of.node.topic))
+        rendering = Rendering.of(self._metadata(of.node.topic), of.node.partition)
         assert of.reader is not None
         return of.reader.read(log, rendering, off, size, ahead)
 
@@ -235,7 +235,7 @@ class ReadPath(MountState):
         # Opportunistic: a fill that fails only means the daemon renders those bytes
         # itself (and reports any error then). Raises only Cancelled.
         try:
-            rendering = Rendering.of(self._metadata(of.node.topic))
+            rendering = Rendering.of(self._metadata(of.node.topic), of.node.partition)
             result = await renderer.fill(
                 slot,
                 segment,
@@ -244,8 +244,7 @@ class ReadPath(MountState):
                 tail.next_offset,
                 tail.skip,
                 capacity,
-                rendering.raw,
-                rendering.key_separator,
+                rendering,
             )
             if result is not None and result.written > 0:
                 filled = Rendered(

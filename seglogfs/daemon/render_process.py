@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from storage import CorruptRecordError
+from storage.record.json_format import render_json_data
 from storage.record.record_batch import (
     HEADER_SIZE_UP_TO_MAGIC,
     RecordBatch,
@@ -87,6 +88,9 @@ class FillRequest(NamedTuple):
     raw: bool
     key_separator: bytes | None
     end_is_final: bool = True
+    json_of: tuple[str, int] | None = None
+    """``(topic, partition)`` of a ``json`` topic (which renders them in every record);
+    ``raw`` and ``key_separator`` then do not apply."""
 
 
 class FillResult(NamedTuple):
@@ -174,9 +178,11 @@ def fill(files: SegmentFiles, request: FillRequest, arena: memoryview) -> FillRe
                     # fill starts at this batch and reports it.
                     return FillResult(written, next_offset, position, skip)
                 raise CorruptRecordError("CRC mismatch", position=batch.position)
-            data = memoryview(
-                render_batch(batch, raw=request.raw, key_separator=request.key_separator).data
-            )[skip:]
+            if request.json_of is not None:
+                data = memoryview(render_json_data(batch, *request.json_of))[skip:]
+            else:
+                rendered = render_batch(batch, raw=request.raw, key_separator=request.key_separator)
+                data = memoryview(rendered.data)[skip:]
             take = min(len(data), capacity - written)
             out[written : written + take] = data[:take]
             written += take

@@ -35,6 +35,7 @@ import trio
 
 from storage.log.segment import LogSegment
 
+from ..positions import Rendering
 from .render_process import FillRequest, FillResult
 
 __all__ = ["SLOTS", "SLOTS_PER_FILE", "SLOT_BYTES", "Renderer"]
@@ -180,8 +181,7 @@ class Renderer:
         next_offset: int,
         skip: int,
         capacity: int,
-        raw: bool,
-        key_separator: bytes | None,
+        rendering: Rendering,
     ) -> FillResult | None:
         """Render into ``slot`` (see ``FillRequest``); ``None`` when the process failed
         (the reason logged at DEBUG) or is gone. The slot is the process's until this
@@ -202,11 +202,12 @@ class Renderer:
             skip,
             slot * SLOT_BYTES,
             min(capacity, SLOT_BYTES),
-            raw,
-            key_separator,
+            rendering.raw,
+            rendering.key_separator,
             # The daemon's own segments end at a batch end; a read-only mount's view
             # of one another process appends to may end inside the batch in flight.
             end_is_final=segment.log.writable,
+            json_of=rendering.json_of,
         )
         self.requests += 1
         event = trio.Event()

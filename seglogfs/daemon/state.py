@@ -224,7 +224,7 @@ class MountState(pyfuse3.Operations):
         start = log.log_start_offset
         cached = self._starts.get(key)
         if cached is None or cached[0] is not log or cached[1] != start:
-            rendering = Rendering.of(self._metadata(node.topic))
+            rendering = Rendering.of(self._metadata(node.topic), node.partition)
             try:
                 position = log_start_anchor(log, rendering)[1]
             except StorageError:

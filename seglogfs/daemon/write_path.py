@@ -38,9 +38,10 @@ from collections.abc import Iterator
 import pyfuse3
 import trio
 
-from storage import AppendInfo, Log, ReadOnlyLogError, StorageError
+from storage import AppendInfo, JsonRecordError, Log, ReadOnlyLogError, StorageError
 
 from .handler import REQUEST_LOG, fail, handler
+from .json_lines import append_json
 from .lines import RecordLimit, append_lines, append_raw, produce_lines
 from .nodes import Kind, OpenFile
 from .state import MountState
@@ -103,6 +104,8 @@ class WritePath(MountState):
 
     def _append_lines(self, of: OpenFile, limit: RecordLimit, data: bytes) -> int:
         node = of.node
+        if self._metadata(node.topic).format == "json":
+            return self._append_json(of, limit, data)
         if node.kind is Kind.PARTITION:
             appended, infos = append_lines(of.logs[node.partition], data, limit.separator)
             for info in infos:
@@ -118,6 +121,33 @@ class WritePath(MountState):
         for partition, info in produced:
             self._note_append(node.topic, partition, info)
         return appended
+
+    def _append_json(self, of: OpenFile, limit: RecordLimit, data: bytes) -> int:
+        # All lines of the write or none (json_lines): a refused line is said once here,
+        # as the writer only gets EINVAL.
+        node = of.node
+        logs = of.logs
+
+        def log_of(partition: int) -> Log:
+            return logs[partition]
+
+        produce = node.kind is not Kind.PARTITION
+        try:
+            produced = append_json(
+                log_of,
+                len(logs),
+                data,
+                limit,
+                partition=None if produce else node.partition,
+                sticky=of.sticky if produce else None,
+            )
+        except JsonRecordError as exc:
+            where = node.topic if produce else f"{node.topic}-{node.partition}"
+            logger.warning("%s: write of %d bytes refused: %s", where, len(data), exc)
+            raise
+        for partition, info in produced:
+            self._note_append(node.topic, partition, info)
+        return len(data)
 
     def _note_append(self, topic: str, partition: int, info: AppendInfo) -> None:
         key = (topic, partition)

@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import DataLossError, OptionError, SchemaError, SeglogSparkError, SinkError
 from .source import SeglogDataSource
+from .worker_python import WorkerPythonError, check_worker_python
 
 __all__ = [
     "DataLossError",
@@ -26,6 +27,7 @@ __all__ = [
     "SeglogDataSource",
     "SeglogSparkError",
     "SinkError",
+    "WorkerPythonError",
     "register",
 ]
 
@@ -37,6 +39,12 @@ def register(spark: Any) -> None:
     (``spark.sql.python.filterPushdown.enabled``): Spark refuses to plan a Python
     source that accepts pushed filters while it is off, and the source uses them to
     skip partitions and offsets.
+
+    Raises:
+        WorkerPythonError: a local session's Python workers (``PYSPARK_PYTHON``,
+            default ``python3`` from ``PATH``) lack pyarrow, numpy or seglogfs: said
+            now rather than by the first query's worker (``worker_python``).
     """
+    check_worker_python(spark)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(SeglogDataSource)

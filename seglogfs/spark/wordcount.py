@@ -9,10 +9,12 @@ It is the classic Kafka + Spark Streaming word count with the offsets kept by Sp
 every line of ``lines`` is split on white space, the words are counted in Spark's
 state (in ``CHECKPOINT``), and every micro-batch appends the words whose count changed
 to ``word-counts`` as ``key=word, value=count`` (ASCII digits), partitioned by word
-as Kafka's producer would. The latest record of a key is its count (a changelog,
-which ``cleanup.policy=compact`` will suit once the engine compacts). Restarted with
-the same checkpoint it continues where it stopped: no line is counted twice and no
-count is appended twice.
+as Kafka's producer would. ``word-counts`` is created with a tab as its key separator,
+so ``cat MNT/word-counts/0`` and ``seglogfs consume word-counts`` show ``word<TAB>count``
+lines (words never hold a tab: lines are split on white space). The latest record of
+a key is its count (a changelog, which ``cleanup.policy=compact`` will suit once the
+engine compacts). Restarted with the same checkpoint it continues where it stopped: no
+line is counted twice and no count is appended twice.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from storage import LogDirLockedError, LogManager, StorageError
 
 SOURCE_TOPIC = "lines"
 SINK_TOPIC = "word-counts"
+SINK_KEY_SEPARATOR = "\t"
+"""How ``word-counts`` renders its records: ``word<TAB>count``, not the bare counts."""
 
 
 def ensure_topics(log_dir: Path, partitions: int = 1) -> None:
@@ -40,25 +44,29 @@ def ensure_topics(log_dir: Path, partitions: int = 1) -> None:
     """
     from seglogfs.control import ControlError, daemon_socket, request
 
-    specs: list[tuple[str, dict[str, str]]] = [(SOURCE_TOPIC, {}), (SINK_TOPIC, {})]
+    # (name, config overrides, key separator): the counts' keys are the words.
+    specs: list[tuple[str, dict[str, str], str | None]] = [
+        (SOURCE_TOPIC, {}, None),
+        (SINK_TOPIC, {}, SINK_KEY_SEPARATOR),
+    ]
     if daemon_socket(log_dir) is None:
         try:
             with LogManager.open(log_dir) as manager:
-                for name, config in specs:
+                for name, config, separator in specs:
                     if name not in manager.topics():
-                        manager.create_topic(name, partitions, config)
+                        manager.create_topic(name, partitions, config, key_separator=separator)
             return
         except LogDirLockedError:
             if daemon_socket(log_dir) is None:  # not a daemon that just started
                 raise
     existing = request(log_dir, "list_topics")
-    for name, config in specs:
+    for name, config, separator in specs:
         if isinstance(existing, list) and name in existing:
             continue
         try:
             request(
                 log_dir, "create_topic", name=name, partitions=partitions, config=config,
-                format="lines", key_separator=None,
+                format="lines", key_separator=separator,
             )  # fmt: skip
         except ControlError as exc:
             if exc.kind != "TopicExistsError":  # created meanwhile: fine
@@ -153,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from seglogfs.control import ControlError
+    from seglogfs.spark import WorkerPythonError
 
     try:
         ensure_topics(args.log_dir)
@@ -166,10 +175,15 @@ def main(argv: list[str] | None = None) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
-    query = start(
-        spark, str(args.log_dir.resolve()), args.checkpoint,
-        available_now=args.available_now, trigger_seconds=args.trigger_seconds,
-    )  # fmt: skip
+    try:
+        query = start(
+            spark, str(args.log_dir.resolve()), args.checkpoint,
+            available_now=args.available_now, trigger_seconds=args.trigger_seconds,
+        )  # fmt: skip
+    except WorkerPythonError as exc:  # a PYSPARK_PYTHON without pyarrow: one line
+        print(f"word count: {exc}", file=sys.stderr)
+        spark.stop()
+        return 1
     try:
         query.awaitTermination()
     except KeyboardInterrupt:

@@ -46,11 +46,16 @@ class ExtensionIndexSpec:
         measure: the units of one batch. The engine calls it to rebuild an index and
             for appends whose caller does not pass the units; it must be a pure
             function of the batch bytes, or rebuilt indexes would disagree.
+        partition_measure: when the units also depend on the partition number (a
+            rendering that names it in every record), ``partition_measure(p)`` is
+            partition ``p``'s ``measure``; ``LogManager`` opens each log with
+            ``for_partition(p)``. ``measure`` is then the rest's (partition 0's).
     """
 
     suffix: str
     interval: int
     measure: Callable[[RecordBatch], int]
+    partition_measure: Callable[[int], Callable[[RecordBatch], int]] | None = None
 
     def __post_init__(self) -> None:
         from .file_names import ENGINE_FILE_SUFFIXES
@@ -61,6 +66,13 @@ class ExtensionIndexSpec:
             raise ValueError(f"extension index suffix {self.suffix!r} is the engine's own")
         if self.interval < 0:
             raise ValueError(f"extension index interval must be >= 0, not {self.interval}")
+
+    def for_partition(self, partition: int) -> ExtensionIndexSpec:
+        """The spec of ``partition``'s log: this one unless ``partition_measure`` is set.
+        Cost: O(1)."""
+        if self.partition_measure is None:
+            return self
+        return ExtensionIndexSpec(self.suffix, self.interval, self.partition_measure(partition))
 
     @property
     def start_checkpoint_name(self) -> str:

@@ -37,7 +37,7 @@ from .file_names import METADATA_TOPIC
 MAX_TOPIC_NAME_LENGTH = 249
 _LONGEST_SHOWN_NAME = 255  # a file name's most: a longer name is shortened in the error
 _LEGAL_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
-FORMATS = ("lines", "raw")
+FORMATS = ("lines", "raw", "json")
 _FILE_VERSION = 1
 
 

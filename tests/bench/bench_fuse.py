@@ -17,6 +17,11 @@ and its ratio to a baseline measured in the same run, with the direction of the 
   own rendering without FUSE (``log.batches`` + ``render_batch`` in this process, the
   work the daemon does per read); ratios = FUSE MB/s / baseline MB/s (higher is better).
   ``dd bs=1M`` reads the same partition. The four are timed in turns.
+- json beside lines: the same records (100-byte lines that all differ) in a ``lines``
+  and a ``json`` topic, appended by ``seglogfs produce`` through the daemon; ``cat`` of
+  both partitions timed in turns; MB/s and records/s of each and the ratios json/lines
+  (higher is better; the target is >= 0.7 in MB/s: a json line is about 2.6 times as
+  long as its lines line, so the same MB/s is 2.6 times fewer records).
 - tail delay: from ``write()`` of a line returning to ``tail -f -s 0.01`` printing it,
   against the same ``tail`` polling a plain file (ratio of medians; lower is better).
 - random read: a 4-KiB ``pread`` at a random byte position of a 10^7-record partition
@@ -180,7 +185,7 @@ def bench_produce(work: Path, mnt: Path, sizes: Sizes) -> Outcome:
 def engine_render_s(log_dir: Path, topic: str) -> float:
     with LogManager.open(log_dir, read_only=True, extension=position_index_spec) as manager:
         log = manager.log(topic, 0)
-        rendering = Rendering.of(manager.topic(topic))
+        rendering = Rendering.of(manager.topic(topic), 0)
         started = time.perf_counter()
         total = 0
         for batch in log.batches(log.log_start_offset):
@@ -226,6 +231,51 @@ def bench_consume(
         f"{fuse:,.0f} MB/s ({fuse / plain:.3f}x plain, {fuse / render:.2f}x engine)",
         f">= {target_mb} MB/s and >= 0.5x engine",
         fuse >= target_mb and fuse / render >= 0.5,
+    )
+
+
+def bench_json(work: Path, log_dir: Path, mnt: Path, count: int, sizes: Sizes) -> Outcome:
+    """The same records in a ``lines`` and a ``json`` topic: ``count`` 100-byte lines
+    that all differ (a number, then text; identical values would let the json
+    rendering write each batch's values once), appended to both by ``seglogfs produce``
+    through the daemon, then ``cat`` of both timed in turns."""
+    source = work / "distinct-100.txt"
+    with open(source, "wb") as f:
+        for start in range(0, count, 1000):
+            f.write(b"".join(b"%010d %s\n" % (i, b"y" * 88) for i in range(start, start + 1000)))
+    seglogfs = Path(sys.executable).with_name("seglogfs")
+    for topic, fmt in (("distinct", b"lines"), ("distinct_json", b"json")):
+        os.mkdir(mnt / topic)
+        os.setxattr(mnt / topic, "user.seglog.format", fmt)
+        timed_shell(f"{seglogfs} produce -d {log_dir} {topic} -p 0 --format lines < {source}")
+    lines_size = (mnt / "distinct" / "0").stat().st_size
+    json_size = (mnt / "distinct_json" / "0").stat().st_size
+    lines_s: list[float] = []
+    json_s: list[float] = []
+    render_s: list[float] = []
+    for _ in range(sizes.runs):
+        lines_s.append(timed_shell(f"cat {mnt}/distinct/0 > /dev/null"))
+        json_s.append(timed_shell(f"cat {mnt}/distinct_json/0 > /dev/null"))
+        render_s.append(engine_render_s(log_dir, "distinct_json"))
+    lines_rate = count / median(lines_s)
+    json_rate = count / median(json_s)
+    lines_mb = lines_size / median(lines_s) / MB
+    json_mb = json_size / median(json_s) / MB
+    say(
+        f"json beside lines: cat MNT/t/0 > /dev/null, the same {count:,} records of 100 B "
+        f"({lines_size / MB:.0f} MB as lines, {json_size / MB:.0f} MB as json), "
+        f"median of {sizes.runs}: lines {lines_rate:,.0f} records/s ({lines_mb:,.0f} MB/s); "
+        f"json {json_rate:,.0f} records/s ({json_mb:,.0f} MB/s); ratio json/lines "
+        f"{json_mb / lines_mb:.3f} in MB/s, {json_rate / lines_rate:.3f} in records/s "
+        f"(a json line is {json_size / lines_size:.1f}x as long); engine json rendering "
+        f"without FUSE {count / median(render_s):,.0f} records/s; higher is better"
+    )
+    return Outcome(
+        "consume json beside lines",
+        f"{json_mb:,.0f} MB/s ({json_mb / lines_mb:.2f}x lines MB/s, "
+        f"{json_rate / lines_rate:.2f}x records/s)",
+        ">= 0.7x lines MB/s",
+        json_mb / lines_mb >= 0.7,
     )
 
 
@@ -449,6 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             outcomes.append(
                 bench_consume(work, log_dir, mnt, "small", sizes.consume_small_lines, 100, sizes)
             )
+            outcomes.append(bench_json(work, log_dir, mnt, sizes.consume_small_lines, sizes))
             outcomes.append(
                 bench_consume(work, log_dir, mnt, "large", sizes.consume_large_records, 4096, sizes)
             )

@@ -68,6 +68,9 @@ def test_flipped_byte_is_a_crc_problem_at_its_batch(
     assert result.code == 1
     assert result.text.startswith(f"{segment}: byte {second_batch}: CRC mismatch")
     assert result.err == f"1 problem(s) found in {log_dir}\n"
+    # -q ("no progress, no summary"): the problem lines and exit 1 only.
+    quiet = cli("verify", "-q")
+    assert (quiet.code, quiet.out, quiet.err) == (1, result.out, "")
 
 
 def test_partial_batch_in_a_sealed_segment(cli: Cli, log_dir: Path, clock: ManualClock) -> None:

@@ -42,3 +42,26 @@ def test_demo_mounts_produces_consumes_and_unmounts(tmp_path: Path) -> None:
     )
     assert mountpoint.name == "mnt"
     assert not is_mounted(mountpoint)
+
+
+def test_demo_runs_again_on_the_same_directory(tmp_path: Path) -> None:
+    """``bash .ci/demo DIR`` twice (#23 item 8): the second run ended in a traceback
+    (``mkdir: File exists``); now it appends to the kept topic."""
+    log_dir = tmp_path / "kept"
+    runs = [
+        subprocess.run(
+            [sys.executable, "-m", "seglogfs.cli.demo", str(log_dir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+        for _ in range(2)
+    ]
+    assert [run.returncode for run in runs] == [0, 0], runs[1].stderr
+    assert "Traceback" not in runs[1].stderr
+    second = runs[1].stdout
+    assert "# orders exists from an earlier run: this run appends to it" in second
+    assert "# orders exists" not in runs[0].stdout
+    assert 'user.seglog.log_end_offset="12"' in second
+    assert second.count("isvalid: true") == 12

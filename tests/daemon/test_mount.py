@@ -213,7 +213,7 @@ def test_df_shows_the_log_dirs_file_system(mounted: Mount) -> None:
     assert mine.f_blocks == theirs.f_blocks
     assert mine.f_frsize == theirs.f_frsize
     out = ok(f"df -P {mounted.mountpoint}").splitlines()[1].split()
-    assert out[0] == "seglogfs"
+    assert out[0] == os.path.realpath(mounted.log_dir)  # the source names what is mounted
     assert int(out[1]) == theirs.f_blocks * theirs.f_frsize // 1024
 
 

@@ -52,7 +52,7 @@ class PositionMachine(RuleBasedStateMachine):
         self.manager.create_topic(
             "t", 1, {"segment.bytes": "700", "retention.bytes": "-1"}, key_separator=":"
         )
-        self.rendering = Rendering.of(self.manager.topic("t"))
+        self.rendering = Rendering.of(self.manager.topic("t"), 0)
         self.model = b""
         self.starts: list[int] = []  # the position of each offset's record
         self.start_position = 0

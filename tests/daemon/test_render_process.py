@@ -32,6 +32,7 @@ from tests.conftest import ManualClock
 from tests.daemon.conftest import MountDir, needs_fuse, open_manager, run_sync
 from tests.daemon.test_kafka_copy import CODECS, legacy_batch, v2_batch
 from tests.daemon.test_operations import CTX, inode_of
+from tests.storage.record.test_json_format import reference
 
 MIB = 1 << 20
 
@@ -75,6 +76,7 @@ def _fill_all(
                     capacities.randint(1, max_capacity),
                     rendering.raw,
                     rendering.key_separator,
+                    json_of=rendering.json_of,
                 )
                 result = fill(files, request, view)
                 out += view[: result.written]
@@ -107,10 +109,33 @@ def test_fills_render_what_the_daemon_renders(
                 log, b"".join(lines[start : start + 40]), None if separator is None else b":"
             )
         assert log.number_of_segments > 3
-        rendering = Rendering.of(manager.topic("t"))
+        rendering = Rendering.of(manager.topic("t"), 0)
         expected = _render_all(log, rendering)
         for seed in range(5):
             got, cuts = _fill_all(log, rendering, random.Random(seed))
+            assert got == expected
+            assert cuts > 0  # some fills ended inside a batch and the next went on there
+
+
+def test_fills_of_a_json_topic_render_what_the_daemon_renders(log_dir: Path) -> None:
+    # Partition 3 (named in every line), keys, headers, binary values, newlines, nulls:
+    # the render process's json lines are the daemon's, cut anywhere between fills.
+    with LogManager.open(log_dir, extension=position_index_spec) as manager:
+        manager.create_topic("t", 4, {"segment.bytes": "8000"}, format="json")
+        log = manager.log("t", 3)
+        for i in range(300):
+            values = [b"v%d\n%s" % (i, b"x" * (i % 50)), b"\xff%d" % i, None, b"%d%%" % i]
+            log.append(
+                values,
+                keys=[b"k%d" % (i % 7), None, b"k", b"\x00"],
+                headers=[[("h", b"%d" % i)], [], [("b", b"\x80")], []],
+            )
+        assert log.number_of_segments > 3
+        rendering = Rendering.of(manager.topic("t"), 3)
+        expected = _render_all(log, rendering)
+        assert len(expected) == log.extension_end  # the position index counts these bytes
+        for seed in range(5):
+            got, cuts = _fill_all(log, rendering, random.Random(seed), max_capacity=900)
             assert got == expected
             assert cuts > 0  # some fills ended inside a batch and the next went on there
 
@@ -136,7 +161,7 @@ def test_fills_of_kafka_segments_in_every_format(tmp_path: Path) -> None:
     (log_dir / "copy-0" / "00000000000000000000.log").write_bytes(b"".join(parts))
     with LogManager.open(log_dir, read_only=True, extension=position_index_spec) as manager:
         log = manager.log("copy", 0)
-        rendering = Rendering.of(manager.topic("copy"))
+        rendering = Rendering.of(manager.topic("copy"), 0)
         expected = _render_all(log, rendering)
         assert expected.count(b"\n") == 40 * 3 * 9  # markers render nothing
         for seed in range(3):
@@ -176,7 +201,7 @@ def test_fill_stops_before_a_damaged_batch_and_refuses_it(
     manager, log = _one_segment_log(log_dir)
     with manager:
         segment = log.segments.values()[0]
-        rendering = Rendering.of(manager.topic("t"))
+        rendering = Rendering.of(manager.topic("t"), 0)
         batches = list(log.batches(0))
         good = rendering.render(batches[0]).data
         _flip_byte(segment.path, batches[1].position + byte % batches[1].size)
@@ -287,6 +312,38 @@ async def test_sequential_reads_stream_through_the_render_process(
         # Fills end on 1 MiB kernel offsets: nearly every read is a view of the arena.
         assert zero_copy >= reads * 3 // 4
         await ops.release(fh)
+
+
+@pytest.mark.trio
+async def test_a_json_partition_streams_through_the_render_process(manager: LogManager) -> None:
+    # The daemon hands the process a json topic's topic and partition (json_of): the
+    # lines it streams are the documented ones (json.dumps of each record).
+    async with trio.open_nursery() as nursery:
+        ops = Operations(manager, run_sync)
+        renderer = Renderer.start()
+        nursery.start_soon(renderer.run)
+        ops.use_renderer(renderer, nursery)
+        try:
+            manager.create_topic("j", 2, {"segment.bytes": "8000000"}, format="json")
+            log = manager.log("j", 1)
+            for i in range(60):
+                log.append(
+                    [b"value %d-%d %s" % (i, j, b"z" * 300) for j in range(999)] + [b"\xff"],
+                    keys=[b"k%d" % j if j % 3 else None for j in range(1000)],
+                    headers=[[("h", b"%d" % j)] for j in range(1000)],
+                )
+            records = list(log.records(0))
+            expected = b"".join(reference(r, "j", 1) for r in records)
+            assert len(expected) > 3 * SLOT_BYTES
+            fh = (await ops.open(await inode_of(ops, "/j/1"), os.O_RDONLY, CTX)).fh
+            got, zero_copy = await _read_sequentially(ops, renderer, fh, 0, expected)
+            assert got == expected
+            assert renderer.fills >= len(expected) // SLOT_BYTES - 2
+            assert zero_copy > 0
+            await ops.release(fh)
+        finally:
+            renderer.close()
+            nursery.cancel_scope.cancel()
 
 
 @pytest.mark.trio

@@ -150,7 +150,8 @@ def test_a_mount_point_mounted_already_is_refused(tmp_path: Path, mount_dir: Mou
     refused(
         mount_refused(str(second), str(first.mountpoint), mountpoint=first.mountpoint),
         1,
-        f"mount point {first.mountpoint} is mounted already (fuse.seglogfs from seglogfs): "
+        f"mount point {first.mountpoint} is mounted already (fuse.seglogfs from "
+        f"{os.path.realpath(tmp_path / 'first')}): "
         f"unmount it first with fusermount3 -u {first.mountpoint}",
     )
     assert not second.exists()
@@ -173,7 +174,7 @@ def test_a_dead_mount_point_says_how_to_clear_it(tmp_path: Path, mount_dir: Moun
         run_script("topics", "list", "-d", str(dead.mountpoint)),
         1,
         f"{dead.mountpoint} is a seglogfs mount point, not a log directory: give the log "
-        "directory that mount serves",
+        f"directory that mount serves ({os.path.realpath(tmp_path / 'logs')})",
     )
 
 
@@ -183,9 +184,11 @@ def test_a_seglogfs_mount_is_not_a_log_directory(tmp_path: Path, mount_dir: Moun
     mnt = mount.mountpoint
     (mnt / "t").mkdir()
     before = tree(logs)
+    # The mount's source is its log directory (#23 item 5), so the message names it.
+    served = f" ({os.path.realpath(logs)})"
     mount_point_message = (
         f"{mnt} is a seglogfs mount point, not a log directory: give the log directory "
-        "that mount serves"
+        f"that mount serves{served}"
     )
     # Were: an empty list (exit 0), "mnt/.seglog.lock: Operation not permitted",
     # "topic 't' does not exist", "no problems found" (exit 0).
@@ -201,7 +204,8 @@ def test_a_seglogfs_mount_is_not_a_log_directory(tmp_path: Path, mount_dir: Moun
     refused(
         run_script("produce", "x", "-d", str(mnt / "t"), stdin=b"x\n"),
         1,
-        f"{mnt / 't'} is inside the seglogfs mount {mnt}: give the log directory that mount serves",
+        f"{mnt / 't'} is inside the seglogfs mount {mnt}: give the log directory that mount "
+        f"serves{served}",
     )
     # Mounting a directory of a mount: mkdir made a topic "sub" there, then the lock
     # file failed with "Invalid argument".
@@ -211,7 +215,7 @@ def test_a_seglogfs_mount_is_not_a_log_directory(tmp_path: Path, mount_dir: Moun
         mount_refused(str(mnt / "sub"), str(other), mountpoint=other),
         1,
         f"{mnt / 'sub'} is inside the seglogfs mount {mnt}: give the log directory that "
-        "mount serves",
+        f"mount serves{served}",
     )
     refused(
         mount_refused(str(mnt), str(other), mountpoint=other),

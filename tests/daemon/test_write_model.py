@@ -373,7 +373,7 @@ class WriteMachine(RuleBasedStateMachine):
                 ]
                 assert shown == topic.lines
             rendered = topic.rendered()
-            rendering = Rendering.of(metadata)
+            rendering = Rendering.of(metadata, 0)
             assert sum(len(rendering.render(b).data) for b in log.batches(0)) == len(rendered)
             assert log.extension_end == len(rendered)
             inode = self.inode(f"/{name}/0")

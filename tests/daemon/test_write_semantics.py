@@ -45,7 +45,7 @@ def rendered_total(manager: LogManager, topic: str, partition: int = 0) -> int:
     """The rendered size of every record of the partition: what its position index must
     say the file holds (the log start is 0 in these tests)."""
     log = manager.log(topic, partition)
-    rendering = Rendering.of(manager.topic(topic))
+    rendering = Rendering.of(manager.topic(topic), partition)
     return sum(len(rendering.render(batch).data) for batch in log.batches(0))
 
 

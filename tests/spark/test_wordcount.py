@@ -7,8 +7,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from seglogfs.cli import main as cli_main
 from seglogfs.spark import wordcount
 from storage import LogManager, partition_for_key
+from tests.control.test_control import call, serving
 
 
 def _append_lines(log_dir: Path, lines: list[str]) -> None:
@@ -71,3 +75,25 @@ def test_word_count_pipeline_counts_across_runs(spark: Any, tmp_path: Path) -> N
     assert Counter(key.decode() for _, key, _ in appended) == Counter(
         {word: 1 for line in second for word in line.split()}
     )
+
+
+def test_counts_read_as_word_tab_count(
+    log_dir: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """The output topic is created with a tab as its key separator (#23 item 7), so a
+    partition file and ``seglogfs consume`` show ``word<TAB>count``, not bare counts."""
+    wordcount.ensure_topics(log_dir)
+    with LogManager.open(log_dir) as manager:
+        assert manager.topic(wordcount.SINK_TOPIC).key_separator == "\t"
+        assert manager.topic(wordcount.SOURCE_TOPIC).key_separator is None
+        manager.log(wordcount.SINK_TOPIC, 0).append([b"2", b"1"], keys=[b"fox", b"dog"])
+    assert cli_main(["consume", wordcount.SINK_TOPIC, "-d", str(log_dir)]) == 0
+    assert capsysbinary.readouterr().out == b"fox\t2\ndog\t1\n"
+
+
+@pytest.mark.trio
+async def test_through_a_daemon_the_separator_is_the_same(log_dir: Path) -> None:
+    with LogManager.open(log_dir) as manager:
+        async with serving(log_dir, manager):
+            await call(wordcount.ensure_topics, log_dir)
+        assert manager.topic(wordcount.SINK_TOPIC).key_separator == "\t"

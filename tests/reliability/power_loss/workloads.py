@@ -58,7 +58,7 @@ SMALL = {
 
 def extension_for(metadata: TopicMetadata) -> ExtensionIndexSpec:
     """The file system's position index (``*.seglogpos``), with a small interval."""
-    rendering = Rendering.of(metadata)
+    rendering = Rendering.of(metadata, 0)  # lines and raw: the same for every partition
     measure = partial(rendered_size, raw=rendering.raw, key_separator=rendering.key_separator)
     return ExtensionIndexSpec(POSITION_INDEX_SUFFIX, POSITION_INTERVAL, measure)
 

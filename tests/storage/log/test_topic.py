@@ -117,7 +117,7 @@ def test_metadata_needs_a_whole_number_of_partitions_within_int(partitions: obje
 
 def test_metadata_rejects_an_unknown_format() -> None:
     with pytest.raises(ConfigError) as info:
-        TopicMetadata("orders", 1, format="json")
+        TopicMetadata("orders", 1, format="yaml")
     assert info.value.key == "format"
     TopicMetadata("orders", 1, format="raw")
 
@@ -233,7 +233,7 @@ def _document(**entry: object) -> object:
             '{"version": 1, "topics": {"t": {"partitions": 1%s}}}' % ("0" * 5000),
             id="partitions-5001-digits",
         ),
-        pytest.param(json.dumps(_document(format="json")), id="unknown-format"),
+        pytest.param(json.dumps(_document(format="yaml")), id="unknown-format"),
         pytest.param(json.dumps(_document(format="raw", **{"key.separator": "|"})), id="raw-sep"),
         pytest.param(json.dumps(_document(**{"key.separator": 5})), id="separator-int"),
         pytest.param(json.dumps(_document(config=["a"])), id="config-list"),
