@@ -11,7 +11,9 @@ starts ``server.serve`` in the daemon's trio nursery. Modules, one responsibilit
   ``producers``: producer ids and sequence checks), ``fetch``, ``offsets``
   (ListOffsets, OffsetCommit, OffsetFetch), ``groups`` (FindCoordinator and the classic
   group protocol's requests) over ``coordinator`` (the rebalance state machine on the
-  directory's ``OffsetStore``);
+  directory's ``OffsetStore``); the admin APIs: ``topics`` (CreateTopics, DeleteTopics,
+  CreatePartitions, DeleteRecords), ``configs`` (DescribeConfigs, AlterConfigs,
+  IncrementalAlterConfigs), ``group_admin`` (ListGroups, DescribeGroups, DeleteGroups);
 - ``broker``: what the handlers share; ``config``: the listener's settings;
   ``server``: the trio TCP listener and its connections.
 

@@ -43,7 +43,7 @@ from storage import (
 
 from .codec import ErrorCode
 
-__all__ = ["Coordinator", "JoinResult", "assigned_partitions"]
+__all__ = ["Coordinator", "GroupView", "JoinResult", "MemberView", "assigned_partitions"]
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +100,29 @@ class JoinResult:
     leader: str = ""
     member_id: str = ""
     members: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class MemberView:
+    """A live member as DescribeGroups shows it."""
+
+    member_id: str
+    client_id: str
+    host: str
+    metadata: bytes
+    """Its subscription for the group's protocol."""
+    assignment: bytes
+    """Its share of the stable generation's assignment (empty while rebalancing)."""
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """A group as ListGroups and DescribeGroups show it."""
+
+    state: str
+    protocol_type: str
+    protocol_name: str
+    members: tuple[MemberView, ...]
 
 
 class Coordinator:
@@ -331,6 +354,37 @@ class Coordinator:
             logger.warning("kafka: group %s: commit failed: %s", group_id, exc)
             return ErrorCode.unknown_server_error
         return ErrorCode.none
+
+    # -- the admin APIs (ListGroups, DescribeGroups, DeleteGroups) --------------------
+
+    def live_groups(self) -> dict[str, GroupView]:
+        """The groups this coordinator knows, by id (their state and members)."""
+        return {group_id: self._view(group) for group_id, group in self._groups.items()}
+
+    def live_group(self, group_id: str) -> GroupView | None:
+        """One group this coordinator knows, None when it knows none of that id."""
+        group = self._groups.get(group_id)
+        return None if group is None else self._view(group)
+
+    def forget(self, group_id: str) -> None:
+        """Drop an empty group's in-memory state (DeleteGroups deleted it)."""
+        group = self._groups.get(group_id)
+        if group is not None and not group.members:
+            del self._groups[group_id]
+
+    def _view(self, group: _Group) -> GroupView:
+        protocol = group.protocol_name
+        members = tuple(
+            MemberView(
+                m.member_id,
+                m.client_id,
+                m.host,
+                dict(m.protocols).get(protocol or "", b""),
+                group.assignments.get(m.member_id, b"") if group.state == STABLE else b"",
+            )
+            for m in group.members.values()
+        )
+        return GroupView(group.state, group.protocol_type or "", protocol or "", members)
 
     # -- time ------------------------------------------------------------------------
 

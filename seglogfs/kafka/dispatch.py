@@ -16,7 +16,13 @@ from typing import Any, Final
 from .api_versions import api_versions_response, handle_api_versions
 from .broker import Broker
 from .codec import API_VERSIONS_KEY, ErrorCode, Request, encode_response, error_response
+from .configs import (
+    handle_alter_configs,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
 from .fetch import handle_fetch
+from .group_admin import handle_delete_groups, handle_describe_groups, handle_list_groups
 from .groups import (
     handle_find_coordinator,
     handle_heartbeat,
@@ -28,6 +34,12 @@ from .metadata import handle_metadata
 from .offsets import handle_list_offsets, handle_offset_commit, handle_offset_fetch
 from .produce import handle_produce
 from .producers import handle_init_producer_id
+from .topics import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_records,
+    handle_delete_topics,
+)
 from .versions import SUPPORTED
 
 __all__ = ["HANDLERS", "respond"]
@@ -46,8 +58,18 @@ HANDLERS: Final[dict[int, Handler]] = {
     12: handle_heartbeat,
     13: handle_leave_group,
     14: handle_sync_group,
+    15: handle_describe_groups,
+    16: handle_list_groups,
     18: handle_api_versions,
+    19: handle_create_topics,
+    20: handle_delete_topics,
+    21: handle_delete_records,
     22: handle_init_producer_id,
+    32: handle_describe_configs,
+    33: handle_alter_configs,
+    37: handle_create_partitions,
+    42: handle_delete_groups,
+    44: handle_incremental_alter_configs,
 }
 assert HANDLERS.keys() == SUPPORTED.keys()
 

@@ -26,8 +26,18 @@ SUPPORTED: Final[dict[int, tuple[int, int]]] = {
     12: (0, 4),  # Heartbeat
     13: (0, 4),  # LeaveGroup
     14: (0, 5),  # SyncGroup
+    15: (0, 6),  # DescribeGroups
+    16: (0, 5),  # ListGroups
     18: (0, 4),  # ApiVersions
+    19: (2, 7),  # CreateTopics (kio has no v0/v1)
+    20: (1, 6),  # DeleteTopics (kio has no v0; v6's topic ids: UNKNOWN_TOPIC_ID)
+    21: (0, 2),  # DeleteRecords
     22: (0, 4),  # InitProducerId
+    32: (1, 4),  # DescribeConfigs (kio has no v0)
+    33: (0, 2),  # AlterConfigs
+    37: (0, 3),  # CreatePartitions
+    42: (0, 2),  # DeleteGroups
+    44: (0, 1),  # IncrementalAlterConfigs
 }
 """API key -> (lowest, highest) version answered."""
 
@@ -43,8 +53,18 @@ API_NAMES: Final[dict[int, str]] = {
     12: "Heartbeat",
     13: "LeaveGroup",
     14: "SyncGroup",
+    15: "DescribeGroups",
+    16: "ListGroups",
     18: "ApiVersions",
+    19: "CreateTopics",
+    20: "DeleteTopics",
+    21: "DeleteRecords",
     22: "InitProducerId",
+    32: "DescribeConfigs",
+    33: "AlterConfigs",
+    37: "CreatePartitions",
+    42: "DeleteGroups",
+    44: "IncrementalAlterConfigs",
 }
 
 

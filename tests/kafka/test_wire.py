@@ -32,10 +32,10 @@ def _api_versions(client: RawClient, version: int = 3) -> Any:
 def test_unsupported_apis_get_unsupported_version(kafka_mount: KafkaMount) -> None:
     client = RawClient(kafka_mount.port)
     try:
-        # CreateTopics (key 19) has a schema but no handler yet: its own response.
-        create = build(load_request_schema(19, 5), topics=[], timeout=1000, validate_only=False)
-        response = client.call(19, 5, create)
-        assert response.topics == ()
+        # DescribeAcls (key 29) has a schema but no handler: its own response.
+        acls = build(load_request_schema(29, 1))
+        response = client.call(29, 1, acls)
+        assert response.error_code == ErrorCode.unsupported_version
         # A version nobody knows of ApiVersions: version 0 with the supported list.
         frame = struct.pack(">hhih", 18, 99, 77, 3) + b"raw"
         client.send_frame(frame)
@@ -50,7 +50,8 @@ def test_unsupported_apis_get_unsupported_version(kafka_mount: KafkaMount) -> No
         keys = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
         assert keys[0] == (3, 9)
         assert keys[1] == (4, 12)
-        assert 19 not in keys
+        assert 29 not in keys
+        assert keys[19] == (2, 7)
     finally:
         client.close()
 
