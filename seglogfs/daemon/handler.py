@@ -26,6 +26,7 @@ import pyfuse3
 from storage import CorruptRecordError
 from storage.log.file_names import parse_topic_partition_name
 
+from . import metrics
 from .errno_map import errno_for
 
 __all__ = ["REQUEST_LOG", "RequestLog", "enable_request_logging", "fail", "handler"]
@@ -105,12 +106,20 @@ def handler(
 
     @functools.wraps(fn)
     async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        counters = metrics.COUNTERS  # None unless --metrics: one check when off
+        if counters is not None:
+            counters.fuse_request(name)
         try:
             return await fn(*args, **kwargs)
-        except pyfuse3.FUSEError:
+        except pyfuse3.FUSEError as exc:
+            if counters is not None:
+                counters.fuse_error(name, exc.errno)
             raise
         except Exception as exc:
-            raise _failure(name, exc) from None
+            failure = _failure(name, exc)
+            if counters is not None:
+                counters.fuse_error(name, failure.errno)
+            raise failure from None
 
     return wrapper
 

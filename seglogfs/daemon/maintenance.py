@@ -36,6 +36,7 @@ import trio
 
 from storage import LogManager
 
+from . import metrics
 from .state import RunSync
 
 __all__ = ["run_maintenance"]
@@ -130,6 +131,9 @@ async def _every(seconds: float, what: str, run_sync: RunSync, work: Callable[[]
 
 def _retention(manager: LogManager) -> None:
     deleted = manager.run_retention()
+    counters = metrics.COUNTERS
+    if counters is not None and deleted:
+        counters.segments_deleted.inc(deleted)
     if deleted:
         logger.info("retention deleted %d segment(s)", deleted)
 
@@ -137,6 +141,9 @@ def _retention(manager: LogManager) -> None:
 def _due_work(manager: LogManager) -> int:
     """Do what is due now; return the engine-clock time (ms) the next work is due."""
     rolled = manager.roll_due_segments()
+    counters = metrics.COUNTERS
+    if counters is not None and rolled:
+        counters.segments_rolled.inc(rolled)
     if rolled:
         logger.info("rolled %d segment(s) on time (segment.ms)", rolled)
     now = manager.clock.milliseconds()

@@ -70,7 +70,7 @@ from ..setup_check import (
     log_dir_error,
     read_config_file,
 )
-from . import sd_notify
+from . import metrics, sd_notify
 from .maintenance import run_maintenance
 from .malloc_tuning import (
     MALLOC_TUNING_ENV,
@@ -233,6 +233,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "also listeners=PLAINTEXT://HOST:PORT in --config)",
     )
     parser.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (off by default; no "
+        f"host: 127.0.0.1; also {metrics.METRICS_KEY}=HOST:PORT in --config)",
+    )
+    parser.add_argument(
         "--kafka-advertised",
         metavar="HOST:PORT",
         help="the address Kafka clients are told to connect to (default: --kafka's)",
@@ -279,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
         broker, control_config, read_ahead_bytes = _settings(args.config)
         default_format = default_format_of(options, args.config)
         kafka_config = _kafka_settings(args)
+        metrics_listener = _metrics_settings(args)
     except SetupError as exc:
         _error(str(exc))
         return 2 if exc.usage else 1
@@ -313,7 +320,14 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         _mount_and_serve(
-            log_dir, mountpoint, manager, options, control_config, read_ahead_bytes, kafka_config
+            log_dir,
+            mountpoint,
+            manager,
+            options,
+            control_config,
+            read_ahead_bytes,
+            kafka_config,
+            metrics_listener,
         )
     except _MountError as exc:
         _error(str(exc))
@@ -362,6 +376,26 @@ def _kafka_settings(args: argparse.Namespace) -> KafkaConfig | None:
         raise SetupError(str(exc), usage=True) from None
 
 
+def _metrics_settings(args: argparse.Namespace) -> tuple[str, int] | None:
+    """Where ``/metrics`` is served (``--metrics``, else ``seglog.metrics.listener`` in
+    ``--config``); None: no metrics.
+
+    Raises:
+        SetupError: the file cannot be read (exit 1) or has a bad value (exit 2).
+    """
+    value: str | None = args.metrics
+    where = "--metrics"
+    if value is None and args.config is not None:
+        value = read_config_file(args.config, "--config").get(metrics.METRICS_KEY)
+        where = f"--config {args.config}: {metrics.METRICS_KEY}"
+    if value is None:
+        return None
+    try:
+        return metrics.parse_listener(value, where)
+    except ValueError as exc:
+        raise SetupError(str(exc), usage=True) from None
+
+
 def _mount_and_serve(
     log_dir: Path,
     mountpoint: Path,
@@ -370,11 +404,23 @@ def _mount_and_serve(
     control_config: ControlConfig,
     read_ahead_bytes: int,
     kafka_config: KafkaConfig | None = None,
+    metrics_listener: tuple[str, int] | None = None,
 ) -> None:
     with contextlib.ExitStack() as stack:
         mounted = _Mounted()
         stack.callback(mounted.unmount)  # last: after the engine is closed
         stack.callback(_close_manager, manager)
+        if metrics_listener is not None:
+            # In a thread of its own (a scrape never runs on the event loop), before the
+            # mount so that an address in use is one line and no mount; stopped before
+            # the engine is closed.
+            host, port = metrics_listener
+            try:
+                server = metrics.serve(manager, host, port)
+            except OSError as exc:
+                raise _MountError(f"cannot serve metrics on {host}:{port}: {exc}") from None
+            stack.callback(server.close)
+            logger.info("metrics at http://%s:%d/metrics", *server.address)
         bridge = _ThreadBridge()
         ops = Operations(
             manager,

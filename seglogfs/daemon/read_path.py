@@ -38,6 +38,7 @@ from storage import Log, StickyPartitioner
 from storage.log.segment import LogSegment
 
 from ..positions import Rendering
+from . import metrics
 from .handler import REQUEST_LOG, fail, handler
 from .nodes import BLOCK_SIZE, Kind, Node, OpenFile
 from .position_reader import PositionReader, Rendered
@@ -172,6 +173,9 @@ class ReadPath(MountState):
                 if self._read_ahead.settle(of):
                     self._give_back_memory()
             self._start_fill(of, reader, log)
+        counters = metrics.COUNTERS
+        if counters is not None:
+            counters.read(of.node.topic, len(data))
         if REQUEST_LOG.enabled:
             logger.debug("read fh=%d off=%d size=%d: %d bytes", fh, off, size, len(data))
         return data  # type: ignore[no-any-return]

@@ -40,6 +40,7 @@ import trio
 
 from storage import AppendInfo, JsonRecordError, Log, ReadOnlyLogError, StorageError
 
+from . import metrics
 from .handler import REQUEST_LOG, fail, handler
 from .json_lines import append_json
 from .lines import RecordLimit, append_lines, append_raw, produce_lines
@@ -150,6 +151,9 @@ class WritePath(MountState):
         return len(data)
 
     def _note_append(self, topic: str, partition: int, info: AppendInfo) -> None:
+        counters = metrics.COUNTERS
+        if counters is not None:
+            counters.appended(topic, info.record_count, info.size)
         key = (topic, partition)
         previous = self._active_base.get(key)
         self._active_base[key] = info.segment_base_offset
