@@ -78,6 +78,10 @@ class KafkaConfig:
     socket_request_max_bytes: int = 104857600
     auto_create_topics: bool = True
     fetch_max_bytes: int = 57671680
+    # Unbounded in Kafka; here each connection is a descriptor of the daemon, which
+    # the file system needs too (the control socket is bounded the same way).
+    max_connections: int = 256
+    connections_max_idle_ms: int = 600_000
 
     @classmethod
     def from_settings(
@@ -118,6 +122,8 @@ class KafkaConfig:
             max_bytes,
             _TRUE_FALSE[auto_text],
             fetch_max,
+            _int(properties, "max.connections", 256, 1),
+            _int(properties, "connections.max.idle.ms", 600_000, 1),
         )
 
 

@@ -7,7 +7,12 @@ their responses must come back in order). Bounds: a frame declaring more than
 it is read; a frame that does not decode as its API's schema closes its connection
 (Kafka's ``InvalidRequestException``); each is logged once per connection, at WARNING,
 and the other connections go on. A connection waits at most
-``CONNECTIONS_MAX_IDLE_S`` (Kafka's ``connections.max.idle.ms``) for its next request.
+``connections.max.idle.ms`` (default ``CONNECTIONS_MAX_IDLE_S``) for its next request,
+and as long for the rest of a frame it started (a client that stops inside a frame
+cannot hold its descriptor for ever). At most ``max.connections`` (default 256)
+connections are served at once: one more is closed as soon as it is accepted, with a
+WARNING at most once a minute, so that clients cannot take the descriptors the file
+system needs.
 Connections are logged at INFO when they open and close, with their requests and
 bytes.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -87,6 +93,9 @@ class _Listener:
         # (api key, exception type) whose traceback was logged: once each, so a bug
         # every consumer's Fetch meets logs one traceback, then one line a request.
         self._logged: set[tuple[int, type[BaseException]]] = set()
+        self._open = 0  # connections being served
+        self._refused = 0  # refused since the last WARNING
+        self._refused_logged_at = -math.inf
 
     def _failed(self, name: str, request: Request, exc: Exception) -> bytes | None:
         """The UNKNOWN_SERVER_ERROR response to a request whose handler raised ``exc``
@@ -106,6 +115,27 @@ class _Listener:
         return encode_response(request.correlation_id, response)
 
     async def connection(self, stream: trio.SocketStream) -> None:
+        limit = self.broker.config.max_connections
+        if self._open >= limit:
+            self._refused += 1
+            now = trio.current_time()
+            if now - self._refused_logged_at >= 60:
+                logger.warning(
+                    "kafka: %d connection(s) refused: max.connections=%d are open",
+                    self._refused,
+                    limit,
+                )
+                self._refused, self._refused_logged_at = 0, now
+            await trio.aclose_forcefully(stream)
+            return
+        self._open += 1
+        try:
+            await self._serve_connection(stream)
+        finally:
+            self._open -= 1
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        idle_s = self.broker.config.connections_max_idle_ms / 1000
         try:
             peer = stream.socket.getpeername()
             peer_host, peer_port = str(peer[0]), int(peer[1])
@@ -118,7 +148,7 @@ class _Listener:
         reason = "closed by the client"
         try:
             while True:
-                with trio.move_on_after(CONNECTIONS_MAX_IDLE_S) as idle:
+                with trio.move_on_after(idle_s) as idle:
                     prefix = await reader.exactly(FRAME_SIZE.size)
                 if idle.cancelled_caught:
                     reason = "idle for connections.max.idle.ms"
@@ -129,7 +159,12 @@ class _Listener:
                     reason = f"a frame of {size} bytes (socket.request.max.bytes={limit})"
                     logger.warning("kafka: %s: closing the connection: %s", name, reason)
                     break
-                frame = await reader.exactly(size)
+                with trio.move_on_after(idle_s) as stalled:
+                    frame = await reader.exactly(size)
+                if stalled.cancelled_caught:
+                    reason = "silent inside a frame for connections.max.idle.ms"
+                    logger.warning("kafka: %s: closing the connection: %s", name, reason)
+                    break
                 try:
                     request = decode_request(frame, supported)
                 except MalformedRequest as exc:

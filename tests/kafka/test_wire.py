@@ -193,3 +193,38 @@ def test_fetch_returns_whole_stored_batches_within_max_bytes(kafka_mount: KafkaM
         assert records == stored[first_size:]
     finally:
         client.close()
+
+
+def test_connections_are_bounded_and_a_stalled_frame_is_closed(
+    tmp_path: Path, log_dir: Path, mount_dir: MountDir
+) -> None:
+    # max.connections: one more connection is closed at once, and the file system and
+    # the connections already open go on; connections.max.idle.ms also bounds a client
+    # that stops inside a frame (else it would hold its descriptor for ever).
+    config = tmp_path / "server.properties"
+    config.write_text("max.connections=2\nconnections.max.idle.ms=1500\n")
+    mount = start_kafka_mount(mount_dir, log_dir, "--config", str(config))
+    first, stalled = RawClient(mount.port), RawClient(mount.port)
+    try:
+        assert _api_versions(first).error_code == ErrorCode.none
+        stalled.sock.sendall(struct.pack(">i", 100) + b"\0" * 10)  # 10 of 100 bytes
+        time.sleep(0.3)
+        third = RawClient(mount.port)
+        try:
+            assert third.receive_frame() == b""  # closed: two are open
+        finally:
+            third.close()
+        assert _api_versions(first).error_code == ErrorCode.none
+        (mount.mountpoint / "t").mkdir()
+        with open(mount.mountpoint / "t" / "0", "a") as f:
+            f.write("still writable\n")
+        assert (mount.mountpoint / "t" / "0").read_bytes() == b"still writable\n"
+        # The stalled frame is closed after connections.max.idle.ms.
+        started = time.monotonic()
+        assert stalled.receive_frame() == b""
+        assert time.monotonic() - started < 10
+    finally:
+        first.close()
+        stalled.close()
+    assert "connection(s) refused: max.connections=2 are open" in mount.log()
+    assert "silent inside a frame for connections.max.idle.ms" in mount.log()
