@@ -391,6 +391,8 @@ def test_tail_capital_f_of_latest_follows_only_new_records_across_a_restart(
         wait_for(latest.holds_its_file, "tail -F to open the latest view")
         run("bash", "-c", f"echo 'new 1' >> {mnt}/t/0")
         wait_for(lambda: latest.printed() == b"new 1\n", "tail -F of latest")
+        # Both have read new 1 before the daemon stops (tail polls every 0.1 s).
+        wait_for(lambda: plain.printed() == old + b"new 1\n", "tail -F of the partition")
         assert mount.stop() == 0
         for follower in (latest, plain):
             wait_for(follower.said(b"has become inaccessible"), "tail to lose the file")
