@@ -21,10 +21,11 @@ What is checked, each problem reported with its file and byte position:
 - the position index (``.seglogpos``, the file system's extension index): whole
   12-byte entries; entry 0 names the segment's start (its base offset, with or
   without a batch there: a new or rolled segment is empty) at the units where the
-  previous segment ended, or, for the oldest segment, at 0 when it starts at offset 0
-  and else where ``seglogpos-start-checkpoint`` says when it names the segment (that
-  file must parse); every later entry at a batch start with exactly the rendered
-  bytes of every earlier record of the partition as its units.
+  previous segment ended, or, for the oldest segment, where
+  ``seglogpos-start-checkpoint`` says when it names the segment (that file must
+  parse; retention and cleaning passes write it), else at 0 when it starts at offset
+  0; every later entry at a batch start with exactly the rendered bytes of every
+  earlier record of the partition as its units.
 
 Missing indexes are not problems: the engine rebuilds them. Partition directories of
 a deleted topic whose removal is still pending (``deleting`` in ``seglog-topics.json``)
@@ -525,10 +526,16 @@ class _PartitionVerifier:
         if first_relative != 0:
             self.problem(path, 0, "entry 0 does not name the segment's base offset")
             return None
+        checkpointed = self._checkpointed_start(segment.base_offset)
         for expected, source in (
             (expected_start, "the previous segment ends at"),
-            (0 if segment.base_offset == 0 else None, "no record comes before offset"),
-            (self._checkpointed_start(segment.base_offset), f"{self.start_checkpoint.name} says"),
+            # Offset 0 starts at position 0, unless a cleaning pass moved the start
+            # position up (it checkpoints where: the rule below).
+            (
+                0 if segment.base_offset == 0 and checkpointed is None else None,
+                "no record comes before offset",
+            ),
+            (checkpointed, f"{self.start_checkpoint.name} says"),
         ):
             if expected is not None and start != expected:
                 self.problem(

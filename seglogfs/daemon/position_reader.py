@@ -7,17 +7,24 @@ retained record for a file opened read-only) plus the kernel's file offset plus 
 removed since the file was opened) continues at the oldest retained record and adds
 the skipped length to the shift, so the kernel's offset and the reader's view stay
 consistent, nothing is returned twice and the file never looks truncated to ``tail -f``.
+
+A cleaning pass (log compaction) moves the positions of the records it kept up against
+the first record it did not clean (``Log.replace_segments``): the removed bytes leave
+from the front, as retention's do, and no later position moves. A reader in the cleaned
+range finds its place again by offset (``_realign``): the record after the bytes it
+returned last gets its new position, and the shift takes the difference, so it goes on
+with the next record the log still holds, without a repeat, a reorder or a truncation.
 Positions themselves are ``seglogfs.positions``.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from storage import CorruptRecordError, Log, OffsetOutOfRangeError
 
-from ..positions import Rendering, log_start_anchor
+from ..positions import Rendering, log_start_anchor, position_of_offset
 
 __all__ = ["CHUNK_OVERHEAD", "PositionReader", "Rendered"]
 
@@ -78,9 +85,12 @@ class PositionReader:
 
     __slots__ = (
         "_end",
+        "_epoch",
         "_held",
         "_log_id",
+        "_mark",
         "_read_start",
+        "_realigned_end",
         "_rendered",
         "_sequential",
         "_start",
@@ -101,8 +111,17 @@ class PositionReader:
         self._read_start = -1  # the global position the last read began at
         self._end = -1  # the global position after the last read (-1: none yet)
         self._sequential = False  # the last read began where the one before ended
-        # ((log identity, log start offset), log_start_anchor(...)) of the last read.
-        self._start: tuple[tuple[int, int], tuple[int, int]] | None = None
+        # ((log identity, log start offset, layout epoch), log_start_anchor(...)) of
+        # the last read.
+        self._start: tuple[tuple[int, int, int], tuple[int, int]] | None = None
+        # (log identity, its layout_epoch) the positions here are in (see _realign).
+        self._epoch = (0, 0)
+        # (position, offset) of the record start right after the kept bytes that hold
+        # _end: where a realign finds this reader's place by offset.
+        self._mark: tuple[int, int] | None = None
+        # The end of the kept bytes _realign moved (-1: none): they are served even
+        # below the log start.
+        self._realigned_end = -1
 
     @property
     def end(self) -> int:
@@ -139,9 +158,17 @@ class PositionReader:
                 served; a read that meets one later returns the bytes before it).
         """
         for _ in range(_MAX_RETRIES):
+            if self._epoch != (id(log), log.layout_epoch):
+                self._realign(log, rendering)
             position = self.base + kernel_offset + self.shift
             anchor = self._anchor(log, rendering)
             start = anchor[1]
+            rendered = self._rendered
+            if rendered and rendered[0].position <= position < self._realigned_end:
+                # Kept bytes a cleaning pass left below the start (see _realign): the
+                # rest of what the reader had rendered. (Retention's gaps are not
+                # served from kept bytes: the reader goes on at the oldest record.)
+                start = min(start, rendered[0].position)
             if position < start:
                 # Retention removed these bytes: continue at the oldest retained record,
                 # as Kafka's auto.offset.reset=earliest, and remember the jump.
@@ -180,7 +207,7 @@ class PositionReader:
             or not rendered
             or self._log_id != id(log)
             or start is None
-            or start[0] != (id(log), log.log_start_offset)
+            or start[0] != (id(log), log.log_start_offset, log.layout_epoch)
         ):
             return None
         position = self.base + kernel_offset + self.shift
@@ -204,7 +231,12 @@ class PositionReader:
         was sequential, of ``log``, and it is known where the bytes after them begin.
         Touches no file. Cost: O(1)."""
         rendered = self._rendered
-        if not self._sequential or not rendered or self._log_id != id(log):
+        if (
+            not self._sequential
+            or not rendered
+            or self._log_id != id(log)
+            or self._epoch != (id(log), log.layout_epoch)
+        ):
             return None
         tail = rendered[-1]
         return tail if tail.resume >= 0 else None
@@ -258,6 +290,57 @@ class PositionReader:
     def _forget(self) -> None:
         self._rendered.clear()
         self._held = 0
+        self._realigned_end = -1
+
+    def _realign(self, log: Log, rendering: Rendering) -> None:
+        """Find this reader's place again after a cleaning pass moved positions (also
+        called at the first read of a log): the record start in ``_mark`` is looked
+        up by offset, and every position here moves by the difference (the shift too,
+        so the kernel's offsets keep their bytes). The kept bytes that end at the mark
+        stay, and are served even where they now lie below the log start (what the
+        reader had rendered, a view as of then: a render process's fill may hold many
+        batches ahead, records the pass removed among them); the read-ahead after the
+        mark goes; and no kept bytes say where in a segment file they continue, as
+        those files were replaced.
+
+        A reader whose kept bytes were shed and whose last read ended inside a batch the
+        pass rewrote may then get the rest of that batch as the log now renders it.
+
+        Another log (the topic deleted and made again) has positions of its own:
+        nothing here is found again in it, the kept bytes go.
+
+        Cost: one ``position_of_offset`` (O(log n) and one batch rendered).
+        """
+        same_log = self._epoch[0] == id(log)
+        self._epoch = (id(log), log.layout_epoch)
+        self._start = None
+        mark = self._mark
+        if not same_log or mark is None or self._end < 0:
+            self._forget()
+            if not same_log:
+                self._mark = None
+            return
+        position, offset = mark
+        try:
+            delta = position_of_offset(log, rendering, offset) - position
+        except OffsetOutOfRangeError:
+            # Retention went past it too: the gap logic of ``read`` continues.
+            self._forget()
+            self._mark = None
+            return
+        rendered = self._rendered
+        kept = [r for r in rendered if r.end - r.skip <= position]
+        self._forget()
+        for r in kept:
+            moved = replace(r, position=r.position + delta, segment=-1, resume=-1)
+            rendered.append(moved)
+            self._held += _held_by(moved)
+        self.shift += delta
+        self._end += delta
+        self._read_start += delta
+        self._mark = (position + delta, offset)
+        if rendered:
+            self._realigned_end = position + delta
 
     def _slice(self, position: int, want: int) -> bytes | memoryview:
         # The kept batches cover [position, want): drop those wholly before it (keeping
@@ -266,17 +349,21 @@ class PositionReader:
         while len(rendered) > 1 and rendered[0].end <= position:
             self._held -= _held_by(rendered.popleft())
         parts: list[memoryview] = []
+        last = None
         for r in rendered:
             if r.position >= want:
                 break
             lo = position - r.position if position > r.position else 0
             parts.append(memoryview(r.data)[lo : want - r.position])
+            last = r
+        if last is not None:
+            self._mark = (last.end - last.skip, last.next_offset)
         if len(parts) == 1:
             return parts[0]
         return b"".join(parts)
 
     def _anchor(self, log: Log, rendering: Rendering) -> tuple[int, int]:
-        key = (id(log), log.log_start_offset)
+        key = (id(log), log.log_start_offset, log.layout_epoch)
         if self._start is None or self._start[0] != key:
             self._start = (key, log_start_anchor(log, rendering))
         return self._start[1]

@@ -92,7 +92,7 @@ class MountState(pyfuse3.Operations):
         # The open files of each partition and view (the sizes their processes see),
         # and each partition's first retained position, by log and log start offset.
         self._holders: dict[Node, set[OpenFile]] = {}
-        self._starts: dict[tuple[str, int], tuple[Log, int, int]] = {}
+        self._starts: dict[tuple[str, int], tuple[Log, tuple[int, int], int]] = {}
         # Write requests in flight per topic; topics whose rendering is being changed
         # (set when the change ends); releases appending a partial line (likewise).
         self._writes: dict[str, int] = {}
@@ -217,11 +217,12 @@ class MountState(pyfuse3.Operations):
 
     def _sync_origin(self, node: Node, log: Log) -> int:
         """The global position of byte 0 of partition or view ``node`` opened read-only
-        now: the oldest retained record's (retention removed the bytes below it), or
-        the view's start when that is later. Cost: O(1) while the log start stays,
-        else ``log_start_anchor``'s O(log n)."""
+        now: the oldest retained record's (retention and cleaning removed the bytes
+        below it), or the view's start when that is later. Cost: O(1) while the log
+        start stays, else ``log_start_anchor``'s O(log n)."""
         key = (node.topic, node.partition)
-        start = log.log_start_offset
+        # A cleaning pass moves the start position without the start offset.
+        start = (log.log_start_offset, log.layout_epoch)
         cached = self._starts.get(key)
         if cached is None or cached[0] is not log or cached[1] != start:
             rendering = Rendering.of(self._metadata(node.topic), node.partition)

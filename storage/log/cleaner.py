@@ -9,7 +9,7 @@ A pass (``Cleaner.clean``), as Kafka's ``doClean``:
 2. **Group** the segments below that offset, clean part included
    (``group_segments_by_size``: Kafka's ``groupSegmentsBySize``, within
    ``segment.bytes``, ``segment.index.bytes`` and 2^31 offsets a group).
-3. **Recopy** each group into one new segment (``clean_segments``), batch by batch
+3. **Recopy** each group into one new segment (``Cleaner.write_group``), batch by batch
    (``filter_batch``): a record is kept when its offset is past the map, or it is the
    latest of its key and it has a value or its tombstone's delete horizon has not
    passed. A batch keeps its base offset, last offset, producer id, epoch, base
@@ -35,6 +35,10 @@ Deliberate differences from Kafka, each for a reason:
   not rebuild legacy sets. Transactional keys do not enter the map either (aborted
   data must not supersede anything); legacy keys do. Nothing is lost; these batches
   are only not compacted themselves.
+- A log with an extension index (the file system's positions) has its groups
+  written first and swapped in together, so that its units stay laid end to end and
+  the removed ones leave from the front (``Log.replace_segments``). Kafka swaps each
+  group as it is written; here the pass's whole cleaned copy is on disk for a moment.
 - Producer state is not kept either, so the batch Kafka keeps empty to hold a
   producer's last sequence is not kept for that reason.
 
@@ -81,6 +85,7 @@ from ..record.record_batch import (
     TRANSACTIONAL_FLAG_MASK,
     DefaultRecordBatch,
     RecordBatch,
+    read_batch,
 )
 from .file_names import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX
 from .offset_map import OffsetMap
@@ -123,6 +128,16 @@ class CleaningStep(IntEnum):
     SWAP_RENAMED = 2
     OLD_DELETED = 3
     SWAPPED_IN = 4
+
+
+@dataclass(frozen=True)
+class CleanedGroup:
+    """A group recopied into ``segment`` (``.cleaned``, fsynced, pinned): it replaces
+    ``old``, whose ``.log`` sizes were ``sizes`` when they were read."""
+
+    segment: LogSegment
+    old: list[LogSegment]
+    sizes: list[int]
 
 
 StepHook = Callable[[CleaningStep, LogSegment], None]
@@ -207,25 +222,65 @@ class Cleaner:
             log.config.segment_index_bytes,
             to_clean.first_uncleanable_offset,
         )
-        for group in groups:
-            self.clean_segments(log, group, now, stats)
-            stats.groups += 1
+        if log.extension is None:
+            # Kafka's way: each group swapped in as soon as it is written (one group's
+            # copy on disk at a time).
+            for group in groups:
+                cleaned = self.write_group(log, group, now, stats)
+                stats.groups += 1
+                if cleaned is not None:
+                    try:
+                        log.replace_segments([cleaned], self._step)
+                    finally:
+                        cleaned.segment.unpin()
+        else:
+            self._clean_positioned(log, groups, now, stats)
         stats.buffer_utilization = offset_map.utilization
         stats.segments_after = log.number_of_segments
         return end_offset, stats
 
-    def clean_segments(
-        self, log: Log, group: list[LogSegment], now: int, stats: CleanerStats
+    def _clean_positioned(
+        self, log: Log, groups: list[list[LogSegment]], now: int, stats: CleanerStats
     ) -> None:
-        """Recopy ``group`` into one ``.cleaned`` segment and swap it in.
+        # A log with an extension index (the file system's positions) has its units
+        # laid end to end from the log start: the units a pass removes must vanish
+        # from the front, as retention's do, never leave a hole in the middle, or
+        # every position after the hole would move. So every group is written first,
+        # then all are swapped in together (``Log.replace_segments`` lays them so that
+        # the last ends where the first segment it did not clean begins). The cost:
+        # the pass's whole cleaned copy is on disk before the old segments go.
+        written: list[CleanedGroup] = []
+        try:
+            for group in _fold_empty_groups(groups):
+                cleaned = self.write_group(log, group, now, stats)
+                stats.groups += 1
+                if cleaned is not None:
+                    written.append(cleaned)
+            if written:
+                log.replace_segments(written, self._step)
+        except Exception:
+            for cleaned in written:
+                cleaned.segment.delete_if_exists()
+            raise
+        finally:
+            for cleaned in written:
+                cleaned.segment.unpin()
+
+    def write_group(
+        self, log: Log, group: list[LogSegment], now: int, stats: CleanerStats
+    ) -> CleanedGroup | None:
+        """Recopy ``group`` into one ``.cleaned`` segment, fsynced, and return it
+        pinned (the caller swaps it in and unpins it); None when the group holds no
+        batch (nothing to recopy: a swap must cover at least one batch).
 
         Raises:
-            LogCleaningAbortedError, CorruptRecordError, OSError: as ``clean``.
+            LogCleaningAbortedError, CorruptRecordError, OSError: as ``clean``; the
+                ``.cleaned`` files are removed, the log is as it was.
         """
         config = log.config
         base_offset = group[0].base_offset
         if not any(segment.size for segment in group):
-            return  # nothing to recopy (and a swap must cover at least one batch)
+            return None
         _remove_stale(log, base_offset)
         cleaned = LogSegment.open(
             log.dir,
@@ -233,6 +288,7 @@ class Cleaner:
             config,
             now,
             file_suffix=CLEANED_FILE_SUFFIX,
+            extension_spec=log.extension,
             open_segments=group[0].open_segments,
         )
         # Pinned until swapped in: a released segment would reopen its files by a
@@ -243,23 +299,23 @@ class Cleaner:
         sizes = [segment.size for segment in group]
         try:
             try:
+                # Provisional units: where the group starts now; the swap moves them.
+                cleaned.start_extension(group[0].extension_start)
                 self._recopy(log, group, cleaned, now, stats)
                 cleaned.on_becoming_inactive()
                 cleaned.flush()  # durable before it can become the commit point
                 _keep_mtime(cleaned, group[-1])
             except SegmentDeletedError as exc:
-                cleaned.delete_if_exists()
                 raise LogCleaningAbortedError(
                     f"{log.dir.name}: a segment was deleted while it was cleaned"
                 ) from exc
-            except Exception:
-                # Nothing was committed: the old segments serve on, the copy goes.
-                cleaned.delete_if_exists()
-                raise
             self._step(CleaningStep.CLEANED_WRITTEN, cleaned)
-            log.replace_segments(cleaned, group, self._step, sizes)
-        finally:
+        except Exception:
+            # Nothing was committed: the old segments serve on, the copy goes.
+            cleaned.delete_if_exists()
             cleaned.unpin()
+            raise
+        return CleanedGroup(cleaned, group, sizes)
 
     def _step(self, step: CleaningStep, segment: LogSegment) -> None:
         if self.on_step is not None:
@@ -270,6 +326,7 @@ class Cleaner:
     ) -> None:
         offset_map = self.offset_map
         delete_retention_ms = log.config.delete_retention_ms
+        measure = None if log.extension is None else log.extension.measure
         # The group's last batch is in its last non-empty segment (see the module doc).
         last = max(i for i, segment in enumerate(group) if segment.size > 0)
         for i, segment in enumerate(group[: last + 1]):
@@ -290,7 +347,13 @@ class Cleaner:
                 raw = batch.to_bytes() if data is _ORIGINAL else data
                 stats.bytes_written += len(raw)
                 appended = AppendedBatch(
-                    batch.base_offset, batch.last_offset, _max_timestamp(raw), len(raw)
+                    batch.base_offset,
+                    batch.last_offset,
+                    _max_timestamp(raw),
+                    len(raw),
+                    0
+                    if measure is None
+                    else measure(batch if data is _ORIGINAL else read_batch(raw)),
                 )
                 if not cleaned.can_convert_to_relative_offset(batch.last_offset):
                     raise LogCleaningAbortedError(
@@ -530,6 +593,30 @@ def group_segments_by_size(
             i += 1
         grouped.append(group)
     return grouped
+
+
+def _fold_empty_groups(groups: list[list[LogSegment]]) -> list[list[LogSegment]]:
+    """``groups`` with each group of empty segments only joined to the next group (the
+    last to the one before): a log laid out in extension units cannot leave a segment
+    in place between swapped ones (its units would be out of step), and a swap needs a
+    batch. Grouping puts empty segments with their neighbours anyway (they add no
+    bytes); an empty group only comes of the 2^31 relative-offset bound or of a range
+    of empty segments, and a folded group breaking that bound aborts the pass
+    (``can_convert_to_relative_offset``). Cost: O(segments)."""
+    folded: list[list[LogSegment]] = []
+    carried: list[LogSegment] = []
+    for group in groups:
+        if not any(segment.size for segment in group):
+            carried.extend(group)
+            continue
+        folded.append(carried + group)
+        carried = []
+    if carried:
+        if folded:
+            folded[-1].extend(carried)
+        else:
+            folded.append(carried)
+    return folded
 
 
 def _index_bytes(segment: LogSegment, which: int) -> int:

@@ -221,6 +221,36 @@ class ExtensionIndex(AbstractIndex):
         self._entries = n + 1
         self._last_entry = (offset, units)
 
+    def rebase(self, delta: int) -> None:
+        """Add ``delta`` to the units of every entry: the segment's records move by
+        ``delta`` in the caller's units (a cleaning pass lays a cleaned segment where
+        its records now start, before the segment is published).
+
+        Only for an index no reader uses yet: the entries are rewritten one by one.
+        Entry 0 last, so a crash part way leaves units that go down after entry 0
+        (``sanity_check`` fails: rebuilt) or an entry 0 out of step with the segment
+        before it (rebuilt too), never a plausible index with wrong units.
+
+        Raises:
+            ReadOnlyLogError: the index is read-only.
+            ValueError: the index is closed, or ``delta`` would make units negative.
+
+        Runtime complexity: O(entries).
+        """
+        self._require_open()
+        n = self._entries
+        if not delta or not n:
+            return
+        buf = self._writable_map()
+        first: int = _INT64.unpack_from(buf, 0)[0]
+        if first + delta < 0:
+            raise ValueError(f"rebase of {self._path} by {delta} makes units negative")
+        for slot in (*range(1, n), 0):
+            units: int = _INT64.unpack_from(buf, slot * 12)[0]
+            _INT64.pack_into(buf, slot * 12, units + delta)
+        offset, units = self._last_entry
+        self._last_entry = (offset, units + delta)
+
     def sanity_check(self) -> None:
         """Raise if the file is obviously corrupt (the checks Kafka makes of its indexes).
 

@@ -70,7 +70,7 @@ from ..record.record_batch import (
 )
 from ..record.record_columns import RecordColumns
 from .checkpoint import write_extension_start_checkpoint
-from .cleaner import Cleaner, CleanerStats, CleaningStep, StepHook
+from .cleaner import CleanedGroup, Cleaner, CleanerStats, CleaningStep, StepHook
 from .cleaner_manager import cleanable_offsets
 from .extension_index import ExtensionIndexSpec
 from .file_names import (
@@ -195,6 +195,10 @@ class Log:
         self.extension = extension
         self._lock = threading.RLock()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self.layout_epoch = 0
+        """How many cleaning passes moved extension units (``replace_segments``): a
+        reader that positions in them (the file system's open files) compares it to
+        what it saw and finds its place again by offset when it changed."""
         self._closed = False
         self._last_flush_ms = clock.milliseconds()
         # Private directories holding indexes a read-only log had to rebuild.
@@ -1164,20 +1168,12 @@ class Log:
         Cost: see ``storage/log/cleaner.py``.
 
         Raises:
-            LogCleaningAbortedError: the log changed under the pass (see ``Cleaner``),
-                or it has an extension index (not cleanable yet: nothing is changed).
+            LogCleaningAbortedError: the log changed under the pass (see ``Cleaner``).
             CorruptRecordError: a batch to clean is damaged (that group is unchanged).
             ReadOnlyLogError: the log is read-only or closed.
             OSError: a cleaned segment could not be written (the log is unchanged).
         """
         self._check_writable()
-        if self.extension is not None:
-            # Units vanish with the records a pass removes: positions in the extension
-            # index of every later segment would move (the file system's position
-            # index needs per-batch units first; see issue 19).
-            raise LogCleaningAbortedError(
-                f"{self.dir.name}: a log with an extension index cannot be cleaned yet"
-            )
         to_clean = cleanable_offsets(self, first_dirty_offset, self.clock.milliseconds())
         if to_clean.first_uncleanable_offset <= to_clean.first_dirty_offset:
             return to_clean.first_dirty_offset, CleanerStats(
@@ -1186,60 +1182,74 @@ class Log:
         return Cleaner(offset_map, clock=self.clock, on_step=on_step).clean(to_clean)
 
     def replace_segments(
-        self,
-        cleaned: LogSegment,
-        old: list[LogSegment],
-        on_step: Callable[..., None],
-        sizes: list[int] | None = None,
+        self, groups: Sequence[CleanedGroup], on_step: Callable[..., None]
     ) -> None:
-        """Swap ``cleaned`` (written as ``.cleaned``, fsynced) in for ``old`` (Kafka's
-        ``replaceSegments``), telling ``on_step`` after each ``CleaningStep``.
+        """Swap each cleaned segment (written as ``.cleaned``, fsynced) in for the old
+        segments of its group (Kafka's ``replaceSegments``), all in one publish,
+        telling ``on_step`` after each ``CleaningStep`` of each segment.
 
-        The order is important, and each step is durable (its directory fsynced)
-        before the next. (1) ``.cleaned`` -> ``.swap``: the commit point. Before it a
-        crash leaves ``.cleaned`` files the loader removes, and the old segments
-        whole; after it the loader completes the swap (``log_loader._complete_swaps``).
-        (2) The new segment takes the first old one's place in the segment map (one
-        publish: no reader ever finds the range without a segment), the others leave
-        it, and their files are renamed ``.deleted``; reads already in them finish on
-        their descriptors, the files go after ``file.delete.delay.ms``. (3) ``.swap``
-        -> final names. A crash between (2) and (3) leaves the ``.swap`` and maybe some
-        old segments: the loader deletes what the swap covers and renames it.
+        The order is important, and each step is durable (the directory fsynced)
+        before the next. (1) ``.cleaned`` -> ``.swap``: the commit point of each
+        segment. Before it a crash leaves ``.cleaned`` files the loader removes, and
+        the old segments whole; after it the loader completes the swap
+        (``log_loader._complete_swaps``). (2) The new segments take the old ones'
+        place in the segment map (one publish: no reader ever finds a range without a
+        segment, or a mix of old and new units), the old segments' files are renamed
+        ``.deleted``; reads already in them finish on their descriptors, the files go
+        after ``file.delete.delay.ms``. (3) ``.swap`` -> final names. A crash between
+        (2) and (3) leaves the ``.swap`` and maybe some old segments: the loader
+        deletes what the swap covers and renames it. Each group is whole on its own:
+        a crash part way through several leaves some groups cleaned, some not, every
+        record that was the latest of its key still there.
 
-        ``sizes``: the old segments' sizes when they were read (a truncation since
-        shrank one: the copy holds what it cut).
+        With an extension index the groups must be every segment from the log start
+        up: their units are laid end to end so that the last ends where the first
+        segment after them begins, and the units the pass removed leave from the
+        front (``extension_start`` moves up, as retention moves it; checkpointed).
+        ``layout_epoch`` then counts one more: positions of records in the cleaned
+        segments changed, those of every later record did not.
 
         Raises:
             LogCleaningAbortedError: the log is closed, or an old segment is no longer
                 in the map or not of its size (retention or truncation got there
-                first); ``cleaned`` is deleted, nothing else changed.
-            OSError: a rename failed: before the commit point nothing changed; after
-                it the next open completes the swap.
+                first); the cleaned segments are deleted, nothing else changed.
+            OSError: a rename failed: before a commit point nothing of that segment
+                changed (the others stay as they are); after it the next open completes
+                the swap.
         """
         with self._lock:
-            current = [self.segments.get(segment.base_offset) for segment in old]
-            changed = any(c is not s for c, s in zip(current, old, strict=True)) or (
-                sizes is not None and sizes != [segment.size for segment in old]
-            )
-            if self._closed or changed:
-                cleaned.delete_if_exists()
+            if self._closed or any(self._group_changed(group) for group in groups):
+                for group in groups:
+                    group.segment.delete_if_exists()
                 raise LogCleaningAbortedError(
-                    f"{self.dir.name}: segments {[s.base_offset for s in old]} changed "
+                    f"{self.dir.name}: segments "
+                    f"{[s.base_offset for group in groups for s in group.old]} changed "
                     "while they were cleaned"
                 )
+            relaid = self._lay_out_units(groups)
             try:
-                cleaned.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+                for group in groups:
+                    group.segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
                 fsync_directory(self.dir)
             except Exception:
-                cleaned.delete_if_exists()
-                for part in (cleaned.log.path, *(i.path for i in cleaned.indexes())):
-                    part.with_name(part.name.removesuffix(SWAP_FILE_SUFFIX)).unlink(missing_ok=True)
+                # Nothing is published yet: take every commit back (a crash before the
+                # directory is synced may keep some .swap names: each is whole).
+                for group in groups:
+                    _delete_cleaned_files(group.segment)
                 raise
-            on_step(CleaningStep.SWAP_RENAMED, cleaned)
-            self.segments.add(cleaned)
-            self.segments.remove_all(segment.base_offset for segment in old[1:])
+            for group in groups:
+                on_step(CleaningStep.SWAP_RENAMED, group.segment)
+            self.segments.replace(
+                [group.segment for group in groups],
+                [segment.base_offset for group in groups for segment in group.old],
+            )
+            if relaid:
+                self.layout_epoch += 1
+                first = self.segments.first_segment
+                if first is not None:
+                    self._checkpoint_extension_start(first)
             due = self.clock.milliseconds() + self.config.file_delete_delay_ms
-            for segment in old:
+            for segment in (segment for group in groups for segment in group.old):
                 try:
                     segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
                 except OSError as exc:
@@ -1250,16 +1260,61 @@ class Log:
                 else:
                     self._pending_deletes.append((due, segment))
             fsync_directory(self.dir)
-            on_step(CleaningStep.OLD_DELETED, cleaned)
-            cleaned.change_file_suffixes(SWAP_FILE_SUFFIX, "")
+            for group in groups:
+                on_step(CleaningStep.OLD_DELETED, group.segment)
+            for group in groups:
+                group.segment.change_file_suffixes(SWAP_FILE_SUFFIX, "")
             fsync_directory(self.dir)
-            on_step(CleaningStep.SWAPPED_IN, cleaned)
-            logger.info(
-                "%s: cleaned segments %s into %s",
-                self.dir.name,
-                [segment.base_offset for segment in old],
-                cleaned,
+            for group in groups:
+                on_step(CleaningStep.SWAPPED_IN, group.segment)
+                logger.info(
+                    "%s: cleaned segments %s into %s",
+                    self.dir.name,
+                    [segment.base_offset for segment in group.old],
+                    group.segment,
+                )
+
+    def _group_changed(self, group: CleanedGroup) -> bool:
+        # Under the lock: an old segment left the map or shrank since it was read.
+        current = [self.segments.get(segment.base_offset) for segment in group.old]
+        return any(c is not s for c, s in zip(current, group.old, strict=True)) or (
+            group.sizes != [segment.size for segment in group.old]
+        )
+
+    def _lay_out_units(self, groups: Sequence[CleanedGroup]) -> bool:
+        """Under the lock, before the commit point: lay the cleaned segments' extension
+        units end to end, the last ending where the segment after the groups begins
+        (see ``replace_segments``). Returns whether any unit moved.
+
+        Raises:
+            LogCleaningAbortedError: the groups are not every segment from the log start
+                up to a segment that stays (nothing was changed).
+        """
+        if self.extension is None or not groups:
+            return False
+        old = [segment for group in groups for segment in group.old]
+        segments = self.segments.values()
+        if segments[: len(old)] != old or len(segments) == len(old):
+            for group in groups:
+                group.segment.delete_if_exists()
+            raise LogCleaningAbortedError(
+                f"{self.dir.name}: cleaned groups with positions must cover the log from its start"
             )
+        end = segments[len(old)].extension_start
+        moved = False
+        for group in reversed(groups):
+            cleaned = group.segment
+            start = end - (cleaned.extension_end - cleaned.extension_start)
+            if start != cleaned.extension_start:
+                moved = True
+                cleaned.rebase_extension(start)
+                # Durable before the commit point: a swap completed at the next open
+                # must not come with an index of the provisional units (they would be
+                # out of step, and rebuilt, but that is a full measure of the segment).
+                if cleaned.extension is not None:
+                    cleaned.extension.flush()
+            end = start
+        return moved
 
     # -- truncation, flush, close ----------------------------------------------------
 
@@ -1327,7 +1382,7 @@ class Log:
         with self._lock:
             if self._closed:
                 return
-            next_offset = refresh_segments(
+            refreshed = refresh_segments(
                 self.dir,
                 self.segments,
                 self.config,
@@ -1335,9 +1390,11 @@ class Log:
                 self._scratch_dirs,
                 self.extension,
             )
-            if next_offset is None:
+            if refreshed is None:
                 return  # the topic was deleted; keep serving what we had
-            self._next_offset = next_offset
+            self._next_offset, replaced = refreshed
+            if replaced and self.extension is not None:
+                self.layout_epoch += 1  # the writer's cleaner moved positions
             first = self.segments.first_segment
             if first is not None:
                 self.log_start_offset = max(self.log_start_offset, first.base_offset)
@@ -1398,6 +1455,18 @@ class Log:
             f"Log({self.dir.name}, start={self.log_start_offset}, end={self._next_offset},"
             f" segments={len(self.segments)})"
         )
+
+
+def _delete_cleaned_files(segment: LogSegment) -> None:
+    """Close a cleaned segment that is not swapped in and unlink its files, under
+    either temporary name (``.cleaned`` or ``.swap``: a rename may have failed part
+    way). Never the name without a suffix: that is the old segment's."""
+    segment.close_handlers()
+    for path in (segment.log.path, *(index.path for index in segment.indexes())):
+        stem = path.name.removesuffix(SWAP_FILE_SUFFIX).removesuffix(CLEANED_FILE_SUFFIX)
+        for suffix in (CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                path.with_name(stem + suffix).unlink()
 
 
 def _delete_segment_files(segment: LogSegment) -> None:

@@ -182,7 +182,7 @@ def _load_log(
     if writable:
         directory.mkdir(parents=True, exist_ok=True)
         _remove_temporary_files(directory)
-        _complete_swaps(directory)
+        _complete_swaps(directory, extension)
         _remove_orphan_indexes(directory, extension)
     elif not directory.is_dir():
         raise StorageError(f"log directory {directory} does not exist")
@@ -712,7 +712,7 @@ def _remove_temporary_files(directory: Path) -> None:
                 os.unlink(directory / name)
 
 
-def _complete_swaps(directory: Path) -> None:
+def _complete_swaps(directory: Path, extension: ExtensionIndexSpec | None) -> None:
     """Finish each cleaning swap a crash interrupted (Kafka's ``completeSwapOperations``).
 
     The cleaner (``Log.replace_segments``, ``cleaner.CleaningStep``) commits a cleaned
@@ -748,11 +748,15 @@ def _complete_swaps(directory: Path) -> None:
         # takes its final name. A crash in between leaves the .swap, and this runs again.
         for replaced in _segment_base_offsets(os.listdir(directory)):
             if base_offset <= replaced < next_offset:
-                for path in (
+                paths = [
                     log_file(directory, replaced),
                     offset_index_file(directory, replaced),
                     time_index_file(directory, replaced),
-                ):
+                ]
+                if extension is not None:
+                    # Its units are the old segment's: the swap's are rebuilt.
+                    paths.append(extension_index_file(directory, replaced, extension.suffix))
+                for path in paths:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
         os.rename(swap, log_file(directory, base_offset))
@@ -898,17 +902,22 @@ def refresh_segments(
     clock: Clock,
     scratch: list[Path],
     extension: ExtensionIndexSpec | None,
-) -> int | None:
+) -> tuple[int, bool] | None:
     """Bring a read-only log's segments up to date with the writer's files.
 
     Segments that appeared are opened, those renamed away by retention are closed, the
     newest segments' indexes and sizes are re-read (indexes first, so no entry ever
-    points past the size this reader trusts). A tail the reader's recovery hid
-    (``LogSegments.hidden_tail``) stays hidden, its later segments unopened, until a
-    writer's recovery has changed the bytes there: the view does not change from
-    quiet to damaged while the files stay as they were. Returns the log end offset,
-    or None when the directory is gone (the topic was deleted: the reader keeps what
-    it had).
+    points past the size this reader trusts). Segments the writer's cleaner replaced
+    (another file under the same name: ``Log.replace_segments``) are opened anew with their
+    indexes, and the units of every segment after them settled again. A tail the reader's
+    recovery hid (``LogSegments.hidden_tail``) stays hidden, its later segments unopened,
+    until a writer's recovery has changed the bytes there: the view does not change from
+    quiet to damaged while the files stay as they were. Returns the log end offset
+    and whether segments were replaced, or None when the directory is gone (the topic
+    was deleted: the reader keeps what it had).
+
+    Cost: a ``listdir``; when the directory changed since the last refresh (a roll,
+    retention, a cleaning swap), a ``stat`` of each segment.
     """
     now = clock.milliseconds()
     try:
@@ -920,6 +929,7 @@ def refresh_segments(
         segments.hidden_tail = hidden = None
     if hidden is not None:
         on_disk = {offset for offset in on_disk if offset <= hidden.base_offset}
+    replaced = _replaced_segments(directory, segments, on_disk)
     if on_disk:
         # Drop segments retention renamed away, and the stand-in empty segment a
         # reader uses before the writer's first segment exists.
@@ -939,6 +949,9 @@ def refresh_segments(
             continue  # deleted between listdir and open
     segments.add_all(appeared)
     refresh_from = previous_active.base_offset if previous_active is not None else 0
+    if replaced:
+        # Settle from the first replaced segment on: its units are the writer's now.
+        refresh_from = min(refresh_from, replaced[0])
     refreshed = segments.values(refresh_from)
     for segment in refreshed:
         for index in segment.indexes():
@@ -960,7 +973,37 @@ def refresh_segments(
             before = segment
     active = segments.last_segment
     assert active is not None
-    return active.read_next_offset()
+    return active.read_next_offset(), bool(replaced)
+
+
+def _replaced_segments(directory: Path, segments: LogSegments, on_disk: set[int]) -> list[int]:
+    """Remove (and close) the sealed segments whose file is no longer the one they
+    opened: the writer's cleaner swapped a new segment in under the same name (they
+    reopen as segments that appeared). Only looked for when the directory changed
+    since the last look (its mtime: every rename and new file changes it). Returns
+    their base offsets, in order."""
+    try:
+        mtime = os.stat(directory).st_mtime_ns
+    except FileNotFoundError:
+        return []
+    if mtime == segments.listed_mtime_ns:
+        return []
+    segments.listed_mtime_ns = mtime
+    replaced: list[int] = []
+    for segment in segments.values()[:-1]:
+        if segment.base_offset not in on_disk or segment.path.parent != directory:
+            continue
+        try:
+            stat = os.stat(segment.path)
+        except FileNotFoundError:
+            continue  # renamed away: dropped as retention's are
+        # FileRecords keeps the (device, inode) it opened, to refuse a reopen of
+        # another file by the same name; the same test tells a swap here.
+        if (stat.st_dev, stat.st_ino) != segment.log._identity:
+            replaced.append(segment.base_offset)
+    for segment in segments.remove_all(replaced):
+        segment.close_handlers()
+    return replaced
 
 
 def _still_hidden(directory: Path, hidden: HiddenTail) -> bool:

@@ -924,11 +924,10 @@ class LogManager:
         or a sealed dirty record older than ``max.compaction.lag.ms``; ``force`` cleans
         every compacted log with anything cleanable (what ``seglogfs compact`` asks).
         ``topics`` limits the logs (None: all); a named topic whose policy has no
-        ``compact`` is skipped, as is a log with an extension index (not cleanable yet)
-        and a log whose pass failed (damage, or changed under the pass: the reason is
-        in ``skipped``). ``until_clean`` repeats passes on a log until its dirty section
-        is clean (a log with more keys than the offset map holds needs several);
-        otherwise one pass a log.
+        ``compact`` is skipped, as is a log whose pass failed (damage, or changed under the
+        pass: the reason is in ``skipped``). ``until_clean`` repeats passes on a log until
+        its dirty section is clean (a log with more keys than the offset map holds needs
+        several); otherwise one pass a log.
 
         Appends and reads go on meanwhile, in other threads; the manager's lock is not
         held while a log is cleaned. The offset map is ``log.cleaner.dedupe.buffer.size``
@@ -950,9 +949,6 @@ class LogManager:
         for log in logs:
             if not log.config.compact and wanted is not None:
                 skipped.append((log.topic, log.partition, "cleanup.policy has no compact"))
-            elif log.config.compact and log.extension is not None:
-                skipped.append((log.topic, log.partition, "an extension index"))
-        logs = [log for log in logs if log.extension is None]
         cleaner = self.broker_config.cleaner
         offset_map = OffsetMap(cleaner.offset_map_memory, cleaner.io_buffer_load_factor)
         now = self.clock.milliseconds()

@@ -50,6 +50,9 @@ class LogSegments:
         self._snapshot: tuple[list[int], list[LogSegment]] = ([], [])
         self.hidden_tail: HiddenTail | None = None
         """A read-only log's: the tail its recovery hid (None: nothing hidden)."""
+        self.listed_mtime_ns = -1
+        """A read-only log's: the directory's mtime when its refresh last looked for
+        replaced segments (``log_loader.refresh_segments``)."""
 
     def _publish(self, changed: Iterable[int] = ()) -> None:
         # Under the lock, after each mutation: new lists, never changed once stored.
@@ -76,6 +79,27 @@ class LogSegments:
                 self._segments[segment.base_offset] = segment
                 added.append(segment.base_offset)
             self._publish(added)
+
+    def replace(self, added: Iterable[LogSegment], removed: Iterable[int]) -> None:
+        """Remove the segments at ``removed``, then insert ``added``, publishing once: a
+        cleaning swap, which readers must see whole or not at all. Cost: O(k log n + n).
+
+        Raises:
+            KeyError: a removed base offset has no segment (nothing is changed).
+        """
+        with self._lock:
+            segments = self._segments
+            removed = list(removed)
+            missing = [base for base in removed if base not in segments]
+            if missing:
+                raise KeyError(missing)
+            for base_offset in removed:
+                del segments[base_offset]
+            changed = list(removed)
+            for segment in added:
+                segments[segment.base_offset] = segment
+                changed.append(segment.base_offset)
+            self._publish(changed)
 
     def remove_all(self, base_offsets: Iterable[int]) -> list[LogSegment]:
         """Remove and return the segments at ``base_offsets``, publishing once.

@@ -830,6 +830,20 @@ class LogSegment:
         self._units_since_last_extension_entry = 0
         self.write_extension_entry0()
 
+    @_pinning
+    def rebase_extension(self, start_units: int) -> None:
+        """Move the segment's extension units so that it starts at ``start_units``:
+        every entry and the start and end units shift by the same amount. For a segment
+        no reader uses yet (a cleaning pass's ``.cleaned`` one, laid where its records
+        now start). Cost: O(index entries)."""
+        extension = self.extension
+        if extension is None:
+            return
+        delta = start_units - self.extension_start
+        extension.rebase(delta)
+        self.extension_start += delta
+        self.extension_end += delta
+
     def write_extension_entry0(self) -> None:
         """Write entry 0 (base offset, start units) if the index lacks it (writable)."""
         extension = self.extension

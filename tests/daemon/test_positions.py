@@ -27,7 +27,7 @@ from seglogfs.positions import (
     position_index_spec,
     position_of_offset,
 )
-from storage import Log, LogManager
+from storage import Log, LogManager, OffsetMap
 
 lines = st.lists(
     st.tuples(
@@ -188,3 +188,138 @@ def test_positions_survive_a_rebuild_after_retention(tmp_path: Path) -> None:
 
 TestPositions = PositionMachine.TestCase
 TestPositions.settings = settings(max_examples=25, stateful_step_count=20, deadline=None)
+
+
+# -- compaction: positions laid again, readers find their place by offset -------------------
+
+
+class CompactedPositionMachine(RuleBasedStateMachine):
+    """Positions of a compacted partition across cleaning passes.
+
+    The model is the lines the log holds, by offset (each line names its offset, so a
+    reader's bytes say which records it got), and the end position, which only appends
+    move: a pass lays the records it kept end to end up to the first record it did not
+    clean, so the log's bytes are the model's lines back to back, ending there. Open
+    readers read on across appends, rolls, passes and retention (what ``tail -f``,
+    ``less`` and ``dd`` do); everything a reader got must be whole lines in increasing
+    offsets, each the record's line, with no record skipped that the log still holds.
+    """
+
+    readers = Bundle("readers")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="seglog-compacted-positions-"))
+        self.manager = LogManager.open(self.dir, extension=position_index_spec)
+        self.manager.create_topic(
+            "t",
+            1,
+            {"segment.bytes": "400", "cleanup.policy": "compact", "file.delete.delay.ms": "0"},
+            key_separator=":",
+        )
+        self.rendering = Rendering.of(self.manager.topic("t"), 0)
+        self.lines: dict[int, bytes] = {}  # offset -> its line, while the log holds it
+        self.every: dict[int, bytes] = {}  # offset -> its line, ever
+        self.end = 0  # the log end position
+        self.got: dict[int, tuple[PositionReader, int, bytearray]] = {}
+        self.next_reader = 0
+
+    @property
+    def log(self) -> Log:
+        return self.manager.log("t", 0)
+
+    def teardown(self) -> None:
+        self.manager.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    @rule(keys=st.lists(st.sampled_from([b"a", b"b", b"c", b"dd", b"eee"]), min_size=1, max_size=9))
+    def append(self, keys: list[bytes]) -> None:
+        first = self.log.log_end_offset
+        batch = [
+            k + b":" + b"%d-" % (first + i) + k * (first % 7) + b"\n" for i, k in enumerate(keys)
+        ]
+        data = b"".join(batch)
+        appended, _infos = append_lines(self.log, data, b":")
+        assert appended == len(data)
+        for i, line in enumerate(batch):
+            self.lines[first + i] = self.every[first + i] = line
+        self.end += len(data)
+
+    @rule()
+    def roll(self) -> None:
+        self.log.roll()
+
+    @rule()
+    def clean(self) -> None:
+        log = self.log
+        uncleanable = log.active_segment.base_offset
+        latest = {
+            line.split(b":")[0]: o for o, line in sorted(self.lines.items()) if o < uncleanable
+        }
+        self.lines = {
+            o: line
+            for o, line in self.lines.items()
+            if o >= uncleanable or latest[line.split(b":")[0]] == o
+        }
+        log.clean(OffsetMap(24 * 1000))
+
+    @rule(target=readers)
+    def open_reader(self) -> int:
+        self.next_reader += 1
+        self.got[self.next_reader] = (PositionReader(), 0, bytearray())
+        return self.next_reader
+
+    @rule(reader=readers, size=st.integers(1, 600), ahead=st.sampled_from([0, 1, 300, 5000]))
+    def read_on(self, reader: int, size: int, ahead: int) -> None:
+        position_reader, k, got = self.got[reader]
+        data = bytes(position_reader.read(self.log, self.rendering, k, size, ahead))
+        got += data
+        self.got[reader] = (position_reader, k + len(data), got)
+
+    @rule(reader=readers)
+    def read_to_the_end(self, reader: int) -> None:
+        position_reader, k, got = self.got[reader]
+        while data := bytes(position_reader.read(self.log, self.rendering, k, 1000, 300)):
+            got += data
+            k += len(data)
+        self.got[reader] = (position_reader, k, got)
+        # At the end it has every record the log holds after the first it got.
+        offsets = [int(line.split(b":")[1].split(b"-")[0]) for line in bytes(got).splitlines()]
+        assert not offsets or [o for o in sorted(self.lines) if o >= offsets[0]] == [
+            o for o in offsets if o in self.lines
+        ]
+
+    @invariant()
+    def the_file_is_the_lines_laid_up_to_the_end(self) -> None:
+        log = self.log
+        body = b"".join(line for _o, line in sorted(self.lines.items()))
+        assert log.extension_end == self.end
+        assert log.extension_start == self.end - len(body)
+        assert bytes(PositionReader().read(log, self.rendering, 0, 1 << 30)) == body
+        for offset in self.lines:
+            assert position_of_offset(log, self.rendering, offset) == self.end - len(
+                b"".join(line for o, line in sorted(self.lines.items()) if o >= offset)
+            )
+        log._check()
+
+    @invariant()
+    def readers_got_whole_records_in_order(self) -> None:
+        for _reader, _k, got in self.got.values():
+            *whole, partial = bytes(got).split(b"\n")
+            offsets = [int(line.split(b":")[1].split(b"-")[0]) for line in whole]
+            assert offsets == sorted(set(offsets)), offsets  # no repeat, no reorder
+            for offset, line in zip(offsets, whole, strict=True):
+                assert line + b"\n" == self.every[offset]
+            if offsets:
+                # Nothing skipped that the log still holds.
+                held = [o for o in self.lines if offsets[0] <= o <= offsets[-1]]
+                assert set(held) <= set(offsets), (held, offsets)
+            assert not partial or any(
+                line.startswith(partial)
+                for o, line in self.every.items()
+                if not offsets or o > offsets[-1]
+            )
+
+
+TestCompactedPositions = CompactedPositionMachine.TestCase
+TestCompactedPositions.settings = settings(max_examples=30, stateful_step_count=30, deadline=None)

@@ -17,14 +17,16 @@ from storage import (
     CleaningStep,
     CompressionType,
     DefaultRecordBatch,
+    ExtensionIndexSpec,
     Log,
     LogCleaningAbortedError,
     LogConfig,
     LogManager,
     OffsetMap,
+    RecordBatch,
     build_record_batch,
 )
-from storage.log.checkpoint import read_offset_checkpoint
+from storage.log.checkpoint import read_extension_start_checkpoint, read_offset_checkpoint
 from storage.log.cleaner import filter_batch, group_segments_by_size
 from storage.log.cleaner_manager import cleanable_offsets
 from storage.log.segment import LogSegment
@@ -396,18 +398,115 @@ def test_the_manager_cleans_the_dirtiest_first_and_checkpoints_as_kafka(
         assert set(read_offset_checkpoint(path)) == {("b", 0)}  # a new "a" starts dirty
 
 
-def test_a_log_with_an_extension_index_is_left_alone(log_dir: Path, clock: ManualClock) -> None:
-    from storage import ExtensionIndexSpec
+def units(batch: RecordBatch) -> int:
+    """An extension index's units: a line per record (pure function of the bytes)."""
+    return sum(2 + len(r.key or b"") + len(r.value or b"") for r in batch.records())
 
-    spec = ExtensionIndexSpec(".units", 64, lambda batch: batch.size)
-    with LogManager.open(log_dir, clock=clock, extension=lambda _m: spec) as manager:
+
+UNITS = ExtensionIndexSpec(".units", 64, units)
+
+
+def units_by_batch(log: Log) -> dict[int, int]:
+    """The units before each batch, laid end to end from ``extension_start``; checks
+    that the index agrees at every batch (a floor entry, then a scan)."""
+    found: dict[int, int] = {}
+    total = log.extension_start
+    for batch in log.batches(log.log_start_offset):
+        found[batch.base_offset] = total
+        floor_offset, floor_units = log.extension_position(batch.base_offset)
+        for before in log.batches(floor_offset):
+            if before.base_offset >= batch.base_offset:
+                break
+            floor_units += units(before)
+        assert floor_units == total, (batch.base_offset, floor_units, total)
+        total += units(batch)
+    assert total == log.extension_end
+    return found
+
+
+def test_a_log_with_an_extension_index_loses_units_from_the_front(
+    log_dir: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    with LogManager.open(log_dir, clock=clock, extension=lambda _m: UNITS) as manager:
         manager.create_topic("t", 1, {"cleanup.policy": "compact", "segment.bytes": "1024"})
-        fill(manager.log("t", 0), clock, 50, 2)
+        log = manager.log("t", 0)
+        appended = fill(log, clock, 300, 7)
+        uncleanable = log.active_segment.base_offset
+        before = units_by_batch(log)
+        start, end = log.extension_start, log.extension_end
         summary = manager.clean(force=True)
-        assert summary.cleaned == ()
-        assert summary.skipped == (("t", 0, "an extension index"),)
-        with pytest.raises(LogCleaningAbortedError, match="extension index"):
-            manager.log("t", 0).clean(OffsetMap(BIG_MAP))
+        (result,) = summary.cleaned
+        assert summary.skipped == ()
+        assert result.records_kept < result.records_read
+        assert triples(log) == kafka_rules(appended, uncleanable)
+        after = units_by_batch(log)
+        # The records the pass did not reach keep their units; the log end too.
+        assert {b: u for b, u in after.items() if b >= uncleanable} == {
+            b: u for b, u in before.items() if b >= uncleanable
+        }
+        assert log.extension_end == end
+        removed = sum(
+            2 + len(k or b"") + len(v or b"")
+            for o, k, v in appended
+            if (o, k, v) not in set(triples(log))
+        )
+        assert log.extension_start == start + removed > start
+        assert log.layout_epoch == 1
+        log._check()
+        checkpoint = read_extension_start_checkpoint(log.dir / UNITS.start_checkpoint_name)
+        assert checkpoint == (log.segments.first_segment.base_offset, log.extension_start)
+        kept = triples(log)
+    caplog.clear()
+    with LogManager.open(log_dir, clock=clock, extension=lambda _m: UNITS) as manager:
+        log = manager.log("t", 0)
+        assert triples(log) == kept
+        assert units_by_batch(log) == after  # reopened as laid: nothing rebuilt
+        assert "rebuilding extension index" not in caplog.text
+
+
+@pytest.mark.parametrize("step", list(CleaningStep))
+def test_a_crash_in_a_positioned_pass_leaves_all_old_or_all_new_segments(
+    step: CleaningStep, log_dir: Path, clock: ManualClock
+) -> None:
+    directory = log_dir / "t-0"
+    log = Log.open(directory, compacted(), clock=clock, extension=UNITS)
+    appended = fill(log, clock, 300, 6, tombstone_every=11)
+    uncleanable = log.active_segment.base_offset
+    old = triples(log)
+    steps: list[CleaningStep] = []
+
+    def crash(done: CleaningStep, segment: LogSegment) -> None:
+        steps.append(done)
+        if done is step and steps.count(done) == 2:  # the second group's step
+            raise Crash
+
+    with pytest.raises(Crash):
+        log.clean(OffsetMap(BIG_MAP), on_step=crash)
+    recovery_point = log.recovery_point
+    abandon(log)
+    reopened = Log.open(
+        directory,
+        compacted(),
+        clock=clock,
+        recovery_point=recovery_point,
+        had_clean_shutdown=False,
+        extension=UNITS,
+    )
+    try:
+        expected = (
+            old if step is CleaningStep.CLEANED_WRITTEN else kafka_rules(appended, uncleanable)
+        )
+        assert triples(reopened) == expected
+        assert not [
+            n for n in os.listdir(directory) if n.endswith((".cleaned", ".swap", ".deleted"))
+        ]
+        reopened._check()
+        units_by_batch(reopened)  # laid end to end, the index right at every batch
+        reopened.clean(OffsetMap(BIG_MAP))
+        assert triples(reopened) == kafka_rules(appended, uncleanable)
+        units_by_batch(reopened)
+    finally:
+        reopened.close()
 
 
 def test_a_group_changed_under_the_pass_is_abandoned(log: Log, clock: ManualClock) -> None:
@@ -611,3 +710,32 @@ def test_transactional_batches_are_copied_whole_and_supersede_nothing(
         (3, b"z", b"x"),
     ]
     assert next(b for b in batches(log) if b.base_offset == 1).to_bytes() == txn
+
+
+def test_a_read_only_follower_picks_up_a_pass_of_the_writer(
+    log_dir: Path, clock: ManualClock
+) -> None:
+    directory = log_dir / "t-0"
+    writer = Log.open(directory, compacted(), clock=clock, extension=UNITS)
+    reader = Log.open(directory, compacted(), clock=clock, extension=UNITS, writable=False)
+    try:
+        appended = fill(writer, clock, 300, 7)
+        reader.refresh()
+        assert triples(reader) == appended
+        writer.clean(OffsetMap(BIG_MAP))
+        reader.refresh()
+        # The swapped segments are opened anew (same names, other files): the reader
+        # holds what the writer holds, at the writer's units.
+        assert triples(reader) == triples(writer) != appended
+        assert reader.segments.base_offsets() == writer.segments.base_offsets()
+        assert (reader.extension_start, reader.extension_end) == (
+            writer.extension_start,
+            writer.extension_end,
+        )
+        assert units_by_batch(reader) == units_by_batch(writer)
+        assert reader.layout_epoch == 1
+        reader.refresh()
+        assert reader.layout_epoch == 1  # nothing replaced since
+    finally:
+        reader.close()
+        writer.close()

@@ -21,12 +21,21 @@ import itertools
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from storage import CleaningStep, DefaultRecordBatch, Log, LogConfig, OffsetMap
+from storage import (
+    CleaningStep,
+    DefaultRecordBatch,
+    ExtensionIndexSpec,
+    Log,
+    LogConfig,
+    OffsetMap,
+    RecordBatch,
+)
 from storage.log.segment import LogSegment
 from tests.conftest import ManualClock
 
@@ -99,9 +108,12 @@ class CleanerMachine(RuleBasedStateMachine):
         self.root = Path(tempfile.mkdtemp(prefix="seglog-cleaner-sm-"))
         self.dir = self.root / "t-0"
         self.clock = ManualClock()
-        self.log = Log.open(self.dir, CONFIG, clock=self.clock)
+        self.log = self._open()
         self.model: list[Entry] = []
         self.first_dirty = 0  # the cleaner checkpoint a manager would keep
+
+    def _open(self, **kwargs: Any) -> Log:
+        return Log.open(self.dir, CONFIG, clock=self.clock, **kwargs)
 
     def teardown(self) -> None:
         if not self.log.closed:
@@ -213,13 +225,7 @@ class CleanerMachine(RuleBasedStateMachine):
         recovery_point = self.log.recovery_point
         for segment in self.log.segments.values():
             segment.close_handlers()  # a killed process: nothing flushed, sealed or trimmed
-        self.log = Log.open(
-            self.dir,
-            CONFIG,
-            clock=self.clock,
-            recovery_point=recovery_point,
-            had_clean_shutdown=False,
-        )
+        self.log = self._open(recovery_point=recovery_point, had_clean_shutdown=False)
         # The checkpoint was not written: the next pass starts where the last one did.
         actual = self._entries()
         bounds = sorted({e[0] for e in old} | {e[0] for e in new} | {2**63})
@@ -229,21 +235,29 @@ class CleanerMachine(RuleBasedStateMachine):
             if [e for e in new if e[0] < x] + [e for e in old if e[0] >= x] == actual
         ]
         assert splits, "the log mixes old and cleaned records within a group"
-        # The crashed group: [its base, the next segment's base) after recovery.
-        base = seen["base"]
+        self._check_recovered(step, seen["base"], actual, old, new)
+        self.model = actual
+
+    def _check_recovered(
+        self,
+        step: CleaningStep,
+        base: int,
+        actual: list[Entry],
+        old: list[Entry],
+        new: list[Entry],
+    ) -> None:
+        # Each group commits on its own: the crashed group ends at the next segment's
+        # base after recovery.
         group_end = min((b for b in self.log.segments.base_offsets() if b > base), default=2**63)
         if step is CleaningStep.CLEANED_WRITTEN:  # not committed: rolled back
             assert [e for e in actual if e[0] >= base] == [e for e in old if e[0] >= base]
         else:  # committed: completed
             assert [e for e in actual if e[0] < group_end] == [e for e in new if e[0] < group_end]
-        self.model = actual
 
     @rule()
     def reopen(self) -> None:
         self.log.close()
-        self.log = Log.open(
-            self.dir, CONFIG, clock=self.clock, recovery_point=self.log.recovery_point
-        )
+        self.log = self._open(recovery_point=self.log.recovery_point)
 
     # -- what must hold after every step ----------------------------------------------
 
@@ -280,3 +294,81 @@ class CleanerMachine(RuleBasedStateMachine):
 
 CleanerMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 TestCleanerMachine = CleanerMachine.TestCase
+
+
+# -- a log laid out in extension units (the file system's positions) ---------------------
+
+
+def measure(batch: RecordBatch) -> int:
+    """Units of a batch: a line per record, ``key value\n`` (a pure function of the
+    bytes, as an extension index needs)."""
+    return sum(2 + len(r.key or b"") + len(r.value or b"") for r in batch.records())
+
+
+SPEC = ExtensionIndexSpec(".units", 32, measure)
+
+
+class PositionedCleanerMachine(CleanerMachine):
+    """The machine above on a log with an extension index: a pass's groups are swapped
+    together and the units it removes leave from the front. After every step the units
+    are laid end to end from ``extension_start`` and every batch's units are what its
+    index says; a pass moves no unit at or after the first segment it did not clean."""
+
+    def _open(self, **kwargs: Any) -> Log:
+        return Log.open(self.dir, CONFIG, clock=self.clock, extension=SPEC, **kwargs)
+
+    def _units_by_batch(self) -> dict[int, int]:
+        units = self.log.extension_start
+        found: dict[int, int] = {}
+        for batch in self.log.batches(self.log.log_start_offset):
+            found[batch.base_offset] = units
+            units += measure(batch)
+        assert units == self.log.extension_end
+        return found
+
+    @rule()
+    def clean(self) -> None:
+        before = self._units_by_batch()
+        start, epoch = self.log.extension_start, self.log.layout_epoch
+        removed = sum(len(e[1]) + len(e[2] or b"") + 2 for e in self.model) - sum(
+            len(e[1]) + len(e[2] or b"") + 2 for e in self._expected()
+        )
+        uncleanable = self.log.active_segment.base_offset
+        super().clean()
+        after = self._units_by_batch()
+        # What the pass did not clean kept its units; the rest moved up, never down.
+        assert {b: u for b, u in after.items() if b >= uncleanable} == {
+            b: u for b, u in before.items() if b >= uncleanable
+        }
+        assert all(u >= before[b] for b, u in after.items())
+        assert self.log.extension_start == start + removed
+        assert self.log.layout_epoch == epoch + (removed > 0)
+
+    def _check_recovered(
+        self,
+        step: CleaningStep,
+        base: int,
+        actual: list[Entry],
+        old: list[Entry],
+        new: list[Entry],
+    ) -> None:
+        # The groups commit together: before the commit nothing, after it all.
+        assert actual == (old if step is CleaningStep.CLEANED_WRITTEN else new)
+
+    @invariant()
+    def units_are_laid_end_to_end(self) -> None:
+        self.log._check()  # each segment starts where the one before ends
+        for offset, units in self._units_by_batch().items():
+            floor_offset, floor_units = self.log.extension_position(offset)
+            scanned = floor_units
+            for batch in self.log.batches(floor_offset):
+                if batch.base_offset >= offset:
+                    break
+                scanned += measure(batch)
+            assert scanned == units, (offset, scanned, units)
+
+
+PositionedCleanerMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=40, deadline=None
+)
+TestPositionedCleanerMachine = PositionedCleanerMachine.TestCase
