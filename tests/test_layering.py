@@ -15,7 +15,8 @@ The rules (``seglogfs/__init__.py`` states them for readers):
 - the command line imports nothing of the daemon but its entry point
   (``seglogfs.daemon.mount``, loaded only by the ``mount`` command) and nothing of the
   control socket's server, Spark, trio or pyfuse3;
-- the control socket's protocol and client import no trio (the command line uses them);
+- the control socket's protocol, client and admin calls import no trio (the command line
+  uses them);
 - Spark imports neither the daemon nor the command line nor the control server;
 - the daemon imports neither the command line nor Spark;
 - the Kafka listener (``seglogfs.kafka``, run in the daemon's nursery) imports the
@@ -73,7 +74,12 @@ RULES = (
         "control-client",
         "seglogfs.control",
         ("seglogfs.daemon", "seglogfs.cli", "seglogfs.spark", "trio", "pyfuse3"),
-        modules=("seglogfs.control", "seglogfs.control.protocol", "seglogfs.control.client"),
+        modules=(
+            "seglogfs.control",
+            "seglogfs.control.admin",
+            "seglogfs.control.protocol",
+            "seglogfs.control.client",
+        ),
     ),
     Rule(
         "spark",

@@ -3,12 +3,12 @@
 Commands: ``mount`` (the FUSE daemon, ``seglogfs.daemon``), ``topics create|list|
 describe|alter|delete`` (like ``kafka-topics.sh``), ``produce`` (the console producer),
 ``consume`` (like ``kcat -C``), ``dump`` (Kafka's ``kafka-dump-log.sh``), ``verify``,
-``delete-records`` and ``groups list|describe|reset-offsets|delete`` (like
-``kafka-consumer-groups.sh``).
+``delete-records``, ``compact`` (the log cleaner, now) and ``groups list|describe|
+reset-offsets|delete`` (like ``kafka-consumer-groups.sh``).
 
 One module per command family, as Kafka keeps one class per tool: ``topics``,
 ``produce``, ``consume``, ``dump``, ``verify``, ``mount``, ``delete_records``,
-``groups``; this one holds the parser and
+``compact``, ``groups``; this one holds the parser and
 the rules that turn errors into exit codes.
 
 Exit codes: 0 ok, 1 runtime error (the log directory said no: unknown topic, locked
@@ -17,9 +17,10 @@ offset spec, topic name or config key). Errors are one line on stderr, never a
 traceback.
 
 Never a second writer: when a daemon owns the log directory (its control socket
-answers), ``topics`` and ``produce`` send their request to it (``seglogfs.control``)
-and get the same results and errors; the read-only commands (``consume``, ``topics
-list|describe``, ``dump``, ``verify``) open the files read-only and work while it writes.
+answers), ``topics``, ``produce``, ``delete-records`` and ``compact`` send their request
+to it (``seglogfs.control``) and get the same results and errors; the read-only
+commands (``consume``, ``topics list|describe``, ``dump``, ``verify``) open the files
+read-only and work while it writes.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from storage import ConfigError, InvalidTopicError, StorageError
 from .. import __version__, control
 from ..open_files_limit import raise_open_files_limit
 from ..setup_check import SetupError
-from . import consume, delete_records, dump, groups, mount, produce, topics, verify
+from . import compact, consume, delete_records, dump, groups, mount, produce, topics, verify
 from .common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -67,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
 
-    for family in (mount, topics, produce, consume, dump, verify, delete_records, groups):
+    families = (mount, topics, produce, consume, dump, verify, delete_records, compact, groups)
+    for family in families:
         family.add_parser(commands, shared)
     return parser
 

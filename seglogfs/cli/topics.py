@@ -2,7 +2,10 @@
 
 When a daemon owns the log directory (its control socket answers), the changes go
 through it (``seglogfs.control``) and give the same results and errors; ``list`` and
-``describe`` open the files read-only and work while it writes.
+``describe`` open the files read-only and work while it writes. A ``lines`` topic whose
+``cleanup.policy`` has ``compact`` needs ``--key-separator``: its creation, or an
+``alter`` that makes it compacted, is refused otherwise (exit 2; see
+``seglogfs.control.admin``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from storage import StorageError, TopicExistsError, UnknownTopicError
 from storage.number import INT_MAX, INT_MIN, abbreviated, parse_java_integer
 
 from .. import control
+from ..control import admin
 from .common import (
     EXIT_OK,
     Parents,
@@ -81,9 +85,14 @@ def _cmd_topics_create(args: argparse.Namespace) -> int:
             # missing log directory: a refused request leaves nothing behind.
             if args.partitions is not None:
                 broker.validated_partition_count(args.partitions)
-            broker.topic_log_config(config)
+            admin.require_keys_for_compaction(
+                broker.topic_log_config(config),
+                args.format or admin.DEFAULT_FORMAT,
+                args.key_separator,
+            )
             with open_writable(log_dir, args, broker) as manager:
-                manager.create_topic(
+                admin.create_topic(
+                    manager,
                     name,
                     args.partitions,
                     config,
@@ -162,7 +171,7 @@ def _cmd_topics_alter(args: argparse.Namespace) -> int:
             control.request(log_dir, "alter_topic", name=name, set=to_set, delete=to_delete)
         else:
             with open_writable(log_dir, args) as manager:
-                manager.alter_topic_config(name, to_set, to_delete)
+                admin.alter_topic_config(manager, name, to_set, to_delete)
     except (UnknownTopicError, control.ControlError) as exc:
         if args.if_exists and _is_error(exc, UnknownTopicError):
             return EXIT_OK

@@ -3,6 +3,9 @@
 - ``protocol``: the wire format (frames, the produce payload, error replies), shared;
 - ``client``: ``request``, ``produce`` and ``daemon_socket``, used by the command line
   and the Spark sink; it imports no trio;
+- ``admin``: the admin calls run the same way by the command line, the server and the
+  file system (topic creation and config changes under the compaction rule, the
+  cleaner's passes, ``seglogfs compact``); it imports no trio;
 - ``server``: ``serve``, run by the daemon in its nursery, within the bounds of
   ``config`` (``ControlConfig``: Kafka's ``socket.request.max.bytes``,
   ``max.connections``, ... read from the daemon's ``server.properties``).

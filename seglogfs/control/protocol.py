@@ -23,7 +23,8 @@ key_separator)``, ``alter_topic(name, set, delete)``, ``add_partitions(name,
 partitions)`` (increase only; the result is the new count), ``delete_topic(name)``,
 ``describe_topic(name)``, ``produce(topic, partition)``, ``delete_records(partitions)``
 (``[{"topic": T, "partition": P, "offset": O}, ...]``, as in the file
-``kafka-delete-records.sh`` reads; the result is ``delete_records``'s); for consumer
+``kafka-delete-records.sh`` reads; the result is ``delete_records``'s),
+``compact(topics)`` (``seglogfs compact``: the result is ``admin.compact``'s); for consumer
 groups (``storage.OffsetStore``, which the daemon keeps): ``list_groups``,
 ``describe_group(group)`` (``group_result``), ``commit_offsets(group, offsets,
 member_id, metadata)`` and ``reset_offsets(group, offsets)`` (``offsets``: ``[{"topic":
@@ -516,6 +517,7 @@ OPS: dict[str, dict[str, Arg]] = {
     "describe_topic": {"name": Arg(_STRING)},
     "produce": {"topic": Arg(_STRING), "partition": Arg(_INT32, optional=True)},
     "delete_records": {"partitions": Arg(_PARTITION_OFFSETS)},
+    "compact": {"topics": Arg(_ListOf("a list of topic names", _STRING), optional=True)},
     "list_groups": {},
     "describe_group": {"group": Arg(_STRING)},
     "commit_offsets": {

@@ -50,13 +50,16 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from time import perf_counter
 from typing import Any, Final
 
 import trio
 
 from storage import LogManager, OffsetStore, StickyPartitioner, StorageError
 
+from ..daemon import metrics
 from ..producer import append_records
+from . import admin
 from .config import ControlConfig
 from .protocol import (
     FRAME,
@@ -123,7 +126,9 @@ class _Handlers:
             separator = args["key_separator"]
 
             def create() -> object:
-                manager.create_topic(name, partitions, config, format=fmt, key_separator=separator)
+                admin.create_topic(
+                    manager, name, partitions, config, format=fmt, key_separator=separator
+                )
                 return describe_result(manager.describe_topic(name))
 
             return await self.run_sync(create)
@@ -133,7 +138,7 @@ class _Handlers:
             to_delete = args["delete"] or []
 
             def alter() -> object:
-                manager.alter_topic_config(name, to_set, to_delete)
+                admin.alter_topic_config(manager, name, to_set, to_delete)
                 return dict(sorted(manager.topic(name).overrides.items()))
 
             return await self.run_sync(alter)
@@ -163,6 +168,10 @@ class _Handlers:
             except ValueError as exc:
                 raise ControlError("ProtocolError", str(exc)) from None
             return await self.run_sync(delete_records, manager, partitions)
+        if op == "compact":
+            # A worker thread for as long as the passes take; it waits first for a
+            # background pass in progress (admin.CLEANING).
+            return await self.run_sync(admin.compact, manager, args["topics"] or [])
         if op in _GROUP_OPS:
             return await self.run_sync(self._group_op, op, args)
         raise ControlError("ProtocolError", f"unknown op {op!r}")
@@ -233,6 +242,10 @@ class _Handlers:
                 partition=partition,
                 partitioner=sticky,
             )
+        counters = metrics.COUNTERS
+        if counters is not None:
+            records = sum(last - first + 1 for _, first, last in written)
+            counters.appended(topic, records, None, metrics.CONTROL)
         return [list(entry) for entry in written]
 
 
@@ -539,7 +552,13 @@ class _Server:
         try:
             op, args = parse_request(parse_header(raw_header))
             async with self.requests:
-                result = await self.handlers.call(op, args, payload)
+                counters = metrics.COUNTERS  # None unless --metrics
+                started = perf_counter()
+                try:
+                    result = await self.handlers.call(op, args, payload)
+                finally:
+                    if counters is not None:
+                        counters.control_request(op, perf_counter() - started)
             return {"ok": True, "result": result}
         except Exception as exc:
             if not isinstance(exc, ControlError | StorageError | OSError):

@@ -14,5 +14,7 @@
 - ``sd_notify`` and ``malloc_tuning``: systemd's protocol and the process's allocator.
 
 Nothing outside this package imports it but the command line's ``mount`` command (and
-the ``python -m seglogfs.mount`` alias).
+the ``python -m seglogfs.mount`` alias), and ``metrics``, which the control socket
+counts into (the Kafka listener is given the counters: ``seglogfs.kafka`` imports no
+other face).
 """

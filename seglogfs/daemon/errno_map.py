@@ -18,6 +18,7 @@ from storage import (
     CorruptRecordError,
     IndexFullError,
     InvalidOffsetError,
+    InvalidRecordError,
     InvalidTopicError,
     JsonRecordError,
     LogDirLockedError,
@@ -39,6 +40,8 @@ ERRNO_BY_ERROR: dict[type[BaseException], int] = {
     InvalidTopicError: errno.EINVAL,  # Kafka's name rules, or a '.'/'_' collision
     ConfigError: errno.EINVAL,  # setfattr of a bad config value
     JsonRecordError: errno.EINVAL,  # a line written to a json topic that is no record
+    # A record the log refuses: a keyless line (or raw write) to a compacted topic.
+    InvalidRecordError: errno.EINVAL,
     RecordTooLargeError: errno.EFBIG,  # a record over max.message.bytes
     ReadOnlyLogError: errno.EROFS,  # a mutation on a read-only mount (or a closed log)
     OffsetOutOfRangeError: errno.ENOENT,  # a view of an offset the log does not hold

@@ -19,6 +19,7 @@ import functools
 import logging
 from collections.abc import Callable, Coroutine
 from pathlib import Path
+from time import perf_counter
 from typing import Any, ParamSpec, TypeVar
 
 import pyfuse3
@@ -107,8 +108,7 @@ def handler(
     @functools.wraps(fn)
     async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _T:
         counters = metrics.COUNTERS  # None unless --metrics: one check when off
-        if counters is not None:
-            counters.fuse_request(name)
+        started = perf_counter() if counters is not None else 0.0
         try:
             return await fn(*args, **kwargs)
         except pyfuse3.FUSEError as exc:
@@ -120,6 +120,9 @@ def handler(
             if counters is not None:
                 counters.fuse_error(name, failure.errno)
             raise failure from None
+        finally:
+            if counters is not None:
+                counters.fuse_request(name, perf_counter() - started)
 
     return wrapper
 

@@ -9,7 +9,16 @@ A writable mount runs what Kafka's ``LogManager`` schedules, on the engine's cal
 - removal of ``.deleted`` files after ``file.delete.delay.ms``;
 - flush by ``flush.ms`` (``flush_due_logs``; ``flush.messages`` is the engine's, on
   append);
-- recovery-point and log-start-offset checkpoints on their broker intervals.
+- recovery-point and log-start-offset checkpoints on their broker intervals;
+- log compaction, as Kafka's ``LogCleaner`` thread (``log.cleaner.enable``, on by
+  default): a pass over the compacted logs that are due (dirty ratio above
+  ``min.cleanable.dirty.ratio``, or a record older than ``max.compaction.lag.ms``;
+  ``LogManager.clean``), dirtiest first, then ``log.cleaner.backoff.ms`` of sleep; at
+  once again when a log has more to clean than one pass's offset map held. A pass that
+  did something is one INFO line (logs, passes, segments, bytes and records before
+  and after). One pass at a time in the process: a ``seglogfs compact`` request waits
+  for it, and it for the request (``control.admin.CLEANING``). Stopping the daemon
+  waits for a pass in progress (engine calls are not interrupted).
 
 The timed work sleeps until ``LogManager.next_maintenance_due_ms`` (at most
 ``MAX_SLEEP_S``, so a config changed through ``setfattr`` is noticed). A read-only mount
@@ -30,12 +39,14 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Callable
 
 import trio
 
-from storage import LogManager
+from storage import CleanSummary, LogManager
 
+from ..control import admin
 from . import metrics
 from .state import RunSync
 
@@ -78,6 +89,8 @@ async def run_maintenance(manager: LogManager, run_sync: RunSync, *, read_only: 
             run_sync,
             manager.checkpoint_log_start_offsets,
         )
+        if broker.cleaner.enable:
+            nursery.start_soon(_clean_when_due, manager, run_sync)
 
 
 class _Failures:
@@ -130,19 +143,24 @@ async def _every(seconds: float, what: str, run_sync: RunSync, work: Callable[[]
 
 
 def _retention(manager: LogManager) -> None:
+    started = time.perf_counter()
     deleted = manager.run_retention()
     counters = metrics.COUNTERS
-    if counters is not None and deleted:
-        counters.segments_deleted.inc(deleted)
+    if counters is not None:
+        counters.background("retention", time.perf_counter() - started)
+        if deleted:
+            counters.segments_deleted.inc(deleted)
     if deleted:
         logger.info("retention deleted %d segment(s)", deleted)
 
 
 def _due_work(manager: LogManager) -> int:
     """Do what is due now; return the engine-clock time (ms) the next work is due."""
+    started = time.perf_counter()
     rolled = manager.roll_due_segments()
     counters = metrics.COUNTERS
     if counters is not None and rolled:
+        counters.background("roll", time.perf_counter() - started)
         counters.segments_rolled.inc(rolled)
     if rolled:
         logger.info("rolled %d segment(s) on time (segment.ms)", rolled)
@@ -168,3 +186,55 @@ async def _when_due(manager: LogManager, run_sync: RunSync) -> None:
             wait_ms = int(MAX_SLEEP_S * 1000)
         else:
             failures.succeeded()
+
+
+def _cleaning_pass(manager: LogManager) -> bool:
+    """One pass of the cleaner over the due logs; whether a log has more to clean now."""
+    started = time.perf_counter()
+    summary = admin.clean(manager)
+    if summary.cleaned:
+        _count_pass(summary, time.perf_counter() - started)
+        logger.info("%s", _cleaning_line(summary))
+    return any(result.more_to_clean for result in summary.cleaned)
+
+
+def _count_pass(summary: CleanSummary, seconds: float) -> None:
+    counters = metrics.COUNTERS
+    if counters is not None:
+        counters.background("clean", seconds)
+        counters.cleaned(
+            sum(result.passes for result in summary.cleaned),
+            max(summary.bytes_before - summary.bytes_after, 0),
+        )
+
+
+def _cleaning_line(summary: CleanSummary) -> str:
+    """What a pass did, in one line (``summary.cleaned`` is not empty)."""
+    results = summary.cleaned
+    reclaimed = summary.bytes_before - summary.bytes_after
+    names = ", ".join(f"{r.topic}-{r.partition}" for r in results[:5])
+    if len(results) > 5:
+        names += f" and {len(results) - 5} more"
+    return (
+        f"cleaner: compacted {len(results)} log(s) ({names}) in "
+        f"{sum(r.passes for r in results)} pass(es): segments {summary.segments_before} -> "
+        f"{summary.segments_after}, bytes {summary.bytes_before} -> {summary.bytes_after} "
+        f"({reclaimed} reclaimed), records {summary.records_read} read, "
+        f"{summary.records_kept} kept"
+    )
+
+
+async def _clean_when_due(manager: LogManager, run_sync: RunSync) -> None:
+    # Kafka's CleanerThread.doWork: clean, and back off only when nothing is left to
+    # clean now (a log whose keys overflowed the offset map goes on at once).
+    backoff_s = manager.broker_config.cleaner.backoff_ms / 1000
+    failures = _Failures("log cleaning")
+    while True:
+        try:
+            more = await run_sync(_cleaning_pass, manager)
+        except Exception as exc:
+            failures.report(exc)
+            more = False
+        else:
+            failures.succeeded()
+        await trio.sleep(0 if more else backoff_s)

@@ -48,8 +48,10 @@ import trio
 from storage import (
     BrokerConfig,
     ConfigError,
+    GroupConfig,
     LogDirLockedError,
     LogManager,
+    OffsetStore,
     StorageError,
 )
 from storage.log.topic import FORMATS
@@ -282,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
             check_mount_point_empty(mountpoint)
         check_log_dir(log_dir, must_exist=options.read_only)
         check_apart(log_dir, mountpoint)
-        broker, control_config, read_ahead_bytes = _settings(args.config)
+        broker, control_config, read_ahead_bytes, group_config = _settings(args.config)
         default_format = default_format_of(options, args.config)
         kafka_config = _kafka_settings(args)
         metrics_listener = _metrics_settings(args)
@@ -317,6 +319,9 @@ def run(args: argparse.Namespace) -> int:
             recovery.stop()  # the engine's lines were collected during the open only
     if recovery is not None:
         recovery.log_lines(manager)
+    # The directory's one offset store (the views, the control socket and the Kafka
+    # listener share it) takes the --config group settings: made here, first.
+    OffsetStore.shared(manager, group_config)
 
     try:
         _mount_and_serve(
@@ -342,21 +347,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings(config: Path | None) -> tuple[BrokerConfig | None, ControlConfig, int]:
+def _settings(
+    config: Path | None,
+) -> tuple[BrokerConfig | None, ControlConfig, int, GroupConfig]:
     """What ``--config`` sets: the broker config (``None``: Kafka's defaults), the
-    control socket's bounds and the readers' ``fetch.max.bytes``.
+    control socket's bounds, the readers' ``fetch.max.bytes`` and the group
+    coordinator's settings (``offsets.topic.*``, ``offsets.retention.*``).
 
     Raises:
         SetupError: the file cannot be read (exit 1) or has a bad key or value (exit 2).
     """
     if config is None:
-        return None, ControlConfig(), fetch_max_bytes({})
+        return None, ControlConfig(), fetch_max_bytes({}), GroupConfig()
     properties = read_config_file(config, "--config")
     try:
         return (
             BrokerConfig.from_properties(properties),
             ControlConfig.from_properties(properties),
             fetch_max_bytes(properties),
+            GroupConfig.from_properties(properties),
         )
     except ConfigError as exc:
         raise config_file_error(config, "--config", exc) from None
@@ -376,24 +385,25 @@ def _kafka_settings(args: argparse.Namespace) -> KafkaConfig | None:
         raise SetupError(str(exc), usage=True) from None
 
 
-def _metrics_settings(args: argparse.Namespace) -> tuple[str, int] | None:
+def _metrics_settings(args: argparse.Namespace) -> metrics.MetricsConfig | None:
     """Where ``/metrics`` is served (``--metrics``, else ``seglog.metrics.listener`` in
-    ``--config``); None: no metrics.
+    ``--config``) and the server's ``seglog.metrics.*`` bounds; None: no metrics.
 
     Raises:
         SetupError: the file cannot be read (exit 1) or has a bad value (exit 2).
     """
+    properties = {} if args.config is None else read_config_file(args.config, "--config")
     value: str | None = args.metrics
     where = "--metrics"
     if value is None and args.config is not None:
-        value = read_config_file(args.config, "--config").get(metrics.METRICS_KEY)
+        value = properties.get(metrics.METRICS_KEY)
         where = f"--config {args.config}: {metrics.METRICS_KEY}"
-    if value is None:
-        return None
     try:
-        return metrics.parse_listener(value, where)
+        return metrics.MetricsConfig.from_settings(properties, value, where)
     except ValueError as exc:
         raise SetupError(str(exc), usage=True) from None
+    except ConfigError as exc:
+        raise config_file_error(args.config, "--config", exc) from None
 
 
 def _mount_and_serve(
@@ -404,7 +414,7 @@ def _mount_and_serve(
     control_config: ControlConfig,
     read_ahead_bytes: int,
     kafka_config: KafkaConfig | None = None,
-    metrics_listener: tuple[str, int] | None = None,
+    metrics_listener: metrics.MetricsConfig | None = None,
 ) -> None:
     with contextlib.ExitStack() as stack:
         mounted = _Mounted()
@@ -414,9 +424,9 @@ def _mount_and_serve(
             # In a thread of its own (a scrape never runs on the event loop), before the
             # mount so that an address in use is one line and no mount; stopped before
             # the engine is closed.
-            host, port = metrics_listener
+            host, port = metrics_listener.host, metrics_listener.port
             try:
-                server = metrics.serve(manager, host, port)
+                server = metrics.serve(manager, metrics_listener)
             except OSError as exc:
                 raise _MountError(f"cannot serve metrics on {host}:{port}: {exc}") from None
             stack.callback(server.close)
@@ -504,6 +514,7 @@ async def _serve(
 ) -> None:
     async with trio.open_nursery() as nursery:
         renderer = _start_renderer()
+        metrics.watch_renderer(renderer)
         if renderer is not None:
             nursery.start_soon(renderer.run)
         ops.use_renderer(renderer, nursery)  # also without one: memory is given back there
@@ -532,7 +543,8 @@ async def _serve(
             from ..kafka import server as kafka_server
 
             try:
-                await nursery.start(kafka_server.serve, manager, bridge, kafka_config)
+                serve_kafka = functools.partial(kafka_server.serve, counters=metrics.COUNTERS)
+                await nursery.start(serve_kafka, manager, bridge, kafka_config)
             except OSError as exc:
                 # As the control socket: the mount is still worth having.
                 logger.error(
@@ -548,6 +560,9 @@ async def _serve(
         try:
             await pyfuse3.main()
         finally:
+            # A cleaning pass in a worker thread stops at its next batch: the
+            # cancellation below waits for the threads.
+            manager.abort_cleaning()
             nursery.cancel_scope.cancel()
             if renderer is not None:
                 renderer.close()

@@ -20,7 +20,11 @@ the rule. A topic's rendering (``format``, ``key.separator``) changes only befor
 first record and while no write to it is in flight and no open file of it holds a
 partial line (``EBUSY``): a pending line was measured in the old rendering, and the
 position index counts each record in the rendering it is appended under. Files open on
-the topic then follow the new rendering.
+the topic then follow the new rendering. A ``lines`` topic whose ``cleanup.policy`` has
+``compact`` needs a ``key.separator`` (its lines would be keyless records, which a
+compacted topic refuses): ``mkdir`` under a broker default of ``compact``, and a
+``setfattr`` of ``cleanup.policy``, ``format`` or ``key.separator`` (or a
+``removexattr``) that would make one, are ``EINVAL`` (``seglogfs.control.admin``).
 
 Thread-safety: as ``MountState``; namespace changes hold the one admin lock.
 """
@@ -50,6 +54,7 @@ from storage import (
 from storage.log.log_config import UNKNOWN_TOPIC_CONFIG, closest_topic_config
 from storage.number import INT_MAX, INT_MIN, abbreviated, parse_java_integer
 
+from ..control import admin
 from ..positions import Rendering, position_of_offset
 from .handler import fail, handler
 from .lines import RecordLimit
@@ -318,8 +323,10 @@ class Namespace(MountState):
                     topic, "names starting with '__' are internal topics, shown with -o internal"
                 )
             async with self._admin:
-                metadata: TopicMetadata = await self._run(self.manager.create_topic, topic)
-        except InvalidTopicError as exc:
+                metadata: TopicMetadata = await self._run(admin.create_topic, self.manager, topic)
+        except (InvalidTopicError, ConfigError) as exc:
+            # ConfigError: a partition bound, or a broker default of compact for a
+            # lines topic, which has no key.separator at birth (control.admin).
             logger.info("mkdir refused: %s", exc)
             raise
         for partition in range(metadata.partitions):
@@ -502,7 +509,7 @@ class Namespace(MountState):
                 else:
                     overrides = {**self.manager.topic(topic).overrides, key: text}
                     self._refuse_outgrown_lines(topic, key, overrides)
-                    await self._run(self.manager.alter_topic_config, topic, {key: text})
+                    await self._run(admin.alter_topic_config, self.manager, topic, {key: text})
         except ConfigError as exc:
             if exc.reason == UNKNOWN_TOPIC_CONFIG:
                 # Named as the user typed it: the attribute, not the config key.
@@ -551,7 +558,7 @@ class Namespace(MountState):
             overrides = dict(self.manager.topic(topic).overrides)
             del overrides[key]
             self._refuse_outgrown_lines(topic, key, overrides)
-            await self._run(self.manager.alter_topic_config, topic, None, [key])
+            await self._run(admin.alter_topic_config, self.manager, topic, None, [key])
         logger.info("topic %s: removed the override of %s", topic, key)
 
     def _refuse_outgrown_lines(self, topic: str, key: str, overrides: dict[str, str]) -> None:
@@ -596,6 +603,9 @@ class Namespace(MountState):
         if any(log.log_end_offset > 0 for log in old):
             raise TopicNotEmptyError(topic, key)
         dataclasses.replace(metadata, format=fmt, key_separator=separator)  # validates
+        admin.require_keys_for_compaction(
+            self.manager.topic_config(topic), fmt, separator, key=key, value=value
+        )
         pending = [of for of in self._files.values() if of.lines.pending and _of_logs(of, old)]
         if pending or self._writes.get(topic):
             logger.warning(

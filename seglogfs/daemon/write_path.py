@@ -18,7 +18,10 @@ reports what would make it fail (``ESTALE`` for a deleted topic, ``EFBIG`` when
 ``max.message.bytes`` was lowered since), release logs a failure, and a request that
 arrives after the release (a lookup of one of the topic's files, as ``stat``, ``cat``
 and ``ls -l`` make, or a read) waits for the append (``MountState._settled``).
-``fsync`` before ``close`` appends it with the error reported.
+``fsync`` before ``close`` appends it with the error reported. A compacted topic takes
+keyed records only: a keyless line (no ``key.separator`` in it) or a raw write is
+``EINVAL`` and nothing of that write is appended; a partial line without the separator
+makes ``close()`` fail with ``EINVAL`` (its record is refused at release).
 
 Every request checks that the logs the file was opened on are still its topic's
 (``MountState._opened``): a handle of a deleted topic answers ``ESTALE`` and never
@@ -38,7 +41,14 @@ from collections.abc import Iterator
 import pyfuse3
 import trio
 
-from storage import AppendInfo, JsonRecordError, Log, ReadOnlyLogError, StorageError
+from storage import (
+    AppendInfo,
+    InvalidRecordError,
+    JsonRecordError,
+    Log,
+    ReadOnlyLogError,
+    StorageError,
+)
 
 from . import metrics
 from .handler import REQUEST_LOG, fail, handler
@@ -61,7 +71,13 @@ class WritePath(MountState):
         if not of.writable:
             raise fail(errno.EBADF)
         async with self._writing(of.node.topic), of.lock:
-            written: int = await self._run(self._sync_write, of, off, buf)
+            try:
+                written: int = await self._run(self._sync_write, of, off, buf)
+            except InvalidRecordError as exc:
+                # EINVAL says no more (a keyless line or raw write to a compacted topic;
+                # nothing of the write was appended, its partial line stays as it was).
+                logger.warning("%s: write of %d bytes refused: %s", of.node.topic, len(buf), exc)
+                raise
         if REQUEST_LOG.enabled:
             logger.debug("write fh=%d off=%d size=%d: %d written", fh, off, len(buf), written)
         return written
@@ -176,9 +192,19 @@ class WritePath(MountState):
 
     def _sync_check_pending(self, of: OpenFile) -> None:
         # What would make the release's append fail, told to close(): the topic is gone,
-        # or the line no longer fits (max.message.bytes lowered since it was accepted).
-        if of.lines.pending and not self._limit(of).fits(of.lines.pending):
+        # the line no longer fits (max.message.bytes lowered since it was accepted), or
+        # it has no key and the topic is compacted (the writer may still have sent its
+        # separator in a later write: only the close can tell).
+        pending = of.lines.pending
+        if not pending:
+            return
+        limit = self._limit(of)
+        if not limit.fits(pending):
             raise fail(errno.EFBIG)
+        compacted = next(iter(self._opened(of).values())).config.compact
+        lines = self._metadata(of.node.topic).format == "lines"
+        if compacted and lines and (limit.separator is None or limit.separator not in pending):
+            raise fail(errno.EINVAL)
 
     @handler
     async def flush(self, fh: int) -> None:

@@ -12,7 +12,7 @@ import errno
 import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -34,7 +34,22 @@ from .config import KafkaConfig
 from .coordinator import Coordinator
 from .producers import SequenceTable
 
-__all__ = ["AppendSignal", "Broker", "error_code_of"]
+__all__ = ["KAFKA_PATH", "AppendSignal", "Broker", "BrokerCounters", "error_code_of"]
+
+KAFKA_PATH = "kafka"
+"""The ``path`` label of what comes through this listener in the daemon's metrics."""
+
+
+class BrokerCounters(Protocol):
+    """What the listener counts into when the daemon serves metrics (the daemon's
+    ``metrics.MountCounters``, passed in: this package imports no other face)."""
+
+    def kafka_request(self, api: str, seconds: float) -> None: ...
+
+    def appended(self, topic: str, records: int, size: int | None, path: str) -> None: ...
+
+    def fetched(self, topic: str, size: int) -> None: ...
+
 
 RunSync = Callable[..., Awaitable[Any]]
 
@@ -73,6 +88,7 @@ class Broker:
     advertised_port: int
     appends: AppendSignal = field(default_factory=AppendSignal)
     sequences: SequenceTable = field(default_factory=SequenceTable)
+    counters: BrokerCounters | None = None  # None unless the daemon serves metrics
     groups: Coordinator = field(init=False)
 
     def __post_init__(self) -> None:

@@ -76,6 +76,11 @@ async def handle_fetch(broker: Broker, request: Request) -> Any:
         if size >= max(1, body.min_bytes) or errors or trio.current_time() >= deadline:
             break
         await broker.appends.wait(deadline)
+    counters = broker.counters  # None unless the daemon serves metrics
+    if counters is not None:
+        for a in answers:
+            if a.records:
+                counters.fetched(a.topic, len(a.records))
     cls = response_class(1, request.api_version)
     assert cls is not None
     by_topic: dict[str, list[dict[str, Any]]] = {}

@@ -20,7 +20,7 @@ from typing import Any
 
 from storage import AppendInfo, LogManager, StorageError
 
-from .broker import Broker, error_code_of
+from .broker import KAFKA_PATH, Broker, error_code_of
 from .codec import ErrorCode, Request, build, response_class
 from .producers import identify_batches
 
@@ -64,6 +64,8 @@ async def handle_produce(broker: Broker, request: Request) -> Any | None:
         outcome = await broker.run_sync(_append, broker.manager, topic, partition, bytes(records))
         if isinstance(outcome, AppendInfo):
             appended = True
+            if broker.counters is not None:
+                broker.counters.appended(topic, outcome.record_count, outcome.size, KAFKA_PATH)
             broker.sequences.record(topic, partition, identity, outcome.first_offset)
             results[(topic, partition)] = _result(partition, ErrorCode.none, outcome.first_offset)
         else:

@@ -24,13 +24,14 @@ import logging
 import math
 import socket
 from collections.abc import Awaitable, Callable
+from time import perf_counter
 from typing import Any, Final
 
 import trio
 
 from storage import LogManager
 
-from .broker import Broker
+from .broker import Broker, BrokerCounters
 from .codec import (
     FRAME_SIZE,
     ErrorCode,
@@ -185,6 +186,8 @@ class _Listener:
                         request.api_version,
                         request.correlation_id,
                     )
+                counters = self.broker.counters  # None unless --metrics
+                started = perf_counter()
                 try:
                     response = await respond(self.broker, request)
                 except Exception as exc:
@@ -193,6 +196,9 @@ class _Listener:
                     response = self._failed(name, request, exc)
                     if response is None:
                         raise
+                if counters is not None:
+                    api = API_NAMES.get(request.api_key, str(request.api_key))
+                    counters.kafka_request(api, perf_counter() - started)
                 requests += 1
                 if response is not None:
                     await stream.send_all(response)
@@ -238,10 +244,12 @@ async def serve(
     run_sync: Callable[..., Awaitable[Any]],
     config: KafkaConfig,
     *,
+    counters: BrokerCounters | None = None,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on ``config``'s address until cancelled; report the bound (host, port)
-    through ``task_status`` once clients can connect.
+    through ``task_status`` once clients can connect. Requests, records and bytes are
+    counted into ``counters`` when given (the daemon's metrics).
 
     Raises:
         OSError: the address cannot be bound.
@@ -256,6 +264,7 @@ async def serve(
             config,
             config.advertised_host or _advertisable(config.host),
             config.advertised_port or port,
+            counters=counters,
         )
         listener = _Listener(broker)
         logger.info(

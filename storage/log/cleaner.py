@@ -58,6 +58,7 @@ import contextlib
 import logging
 import os
 import struct
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -87,6 +88,7 @@ from ..record.record_batch import (
     RecordBatch,
     read_batch,
 )
+from .compaction_scan import batch_keys
 from .file_names import CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX
 from .offset_map import OffsetMap
 from .segment import AppendedBatch, LogSegment
@@ -170,6 +172,9 @@ class Cleaner:
         offset_map: the map a pass fills (bounded: see ``OffsetMap``).
         clock: the time tombstone horizons are measured against.
         on_step: told after each swap step (see ``StepHook``).
+        abort: once set, the pass stops before its next segment of the map and its
+            next batch of the recopy (``LogCleaningAbortedError``; the groups not yet
+            swapped are removed, as after any failure).
     """
 
     def __init__(
@@ -178,10 +183,17 @@ class Cleaner:
         *,
         clock: Clock = SYSTEM_CLOCK,
         on_step: StepHook | None = None,
+        abort: threading.Event | None = None,
     ) -> None:
         self.offset_map = offset_map
         self.clock = clock
         self.on_step = on_step
+        self.abort = abort
+
+    def _check_abort(self, log: Log) -> None:
+        abort = self.abort
+        if abort is not None and abort.is_set():
+            raise LogCleaningAbortedError(f"{log.dir.name}: cleaning aborted (shutting down)")
 
     def clean(self, to_clean: LogToClean) -> tuple[int, CleanerStats]:
         """One pass over ``to_clean.log``; returns the first offset not cleaned (the
@@ -197,6 +209,7 @@ class Cleaner:
                 removed, the log is as it was.
         """
         log = to_clean.log
+        self._check_abort(log)
         now = self.clock.milliseconds()
         stats = CleanerStats(segments_before=log.number_of_segments)
         offset_map = self.offset_map
@@ -212,6 +225,7 @@ class Cleaner:
             raise LogCleaningAbortedError(
                 f"{log.dir.name}: a segment was deleted while the offset map was built"
             ) from exc
+        self._check_abort(log)
         end_offset = offset_map.latest_offset + 1
         segments = [s for s in log.segments.values() if s.base_offset < end_offset]
         active = log.active_segment
@@ -334,6 +348,7 @@ class Cleaner:
             scan = iter(batches) if batches is not None else _segment_batches(segment)
             final = batches[-1] if batches else None
             for batch in scan:
+                self._check_abort(log)
                 stats.bytes_read += batch.size
                 data, read, kept = filter_batch(
                     batch, offset_map, now, delete_retention_ms, keep_empty=batch is final
@@ -399,8 +414,9 @@ def filter_batch(
     ``keep_empty``: the group's last batch, kept as an empty batch (Kafka's
     ``writeEmptyHeader``) when no record of it stays.
 
-    Cost: a decode of the batch's records and a map lookup each; a rebuild encodes
-    (and compresses) the kept records.
+    Cost: a scan of the batch's keys (``compaction_scan``: values are not copied)
+    and a map lookup each; a rebuild decodes the batch, then encodes (and compresses)
+    the kept records.
 
     Raises:
         CorruptRecordError: the records do not decode.
@@ -409,22 +425,24 @@ def filter_batch(
         CONTROL_FLAG_MASK | TRANSACTIONAL_FLAG_MASK
     ):
         return _ORIGINAL, 0, 0  # see the module doc: copied whole
-    columns = batch.columns()
-    keys = columns.keys if isinstance(columns.keys, list) else list(columns.keys)
-    offsets = list(columns.offsets)
-    values = columns.values if isinstance(columns.values, list) else list(columns.values)
-    n = len(offsets)
+    scanned = batch_keys(batch)
+    n = len(scanned)
     horizon = batch.delete_horizon_ms
     tombstones_stay = horizon is None or now < horizon
-    kept, has_tombstone = offset_map.retained(keys, offsets, values, tombstones_stay)
+    kept, has_tombstone = offset_map.retained(
+        scanned.keys, scanned.offsets, scanned.nulls, tombstones_stay
+    )
     set_horizon = has_tombstone and horizon is None
     if len(kept) == n and not set_horizon:
         return _ORIGINAL, n, n
     if not kept:
         return (_empty_batch(batch) if keep_empty else None), n, 0
     new_horizon = now + delete_retention_ms if set_horizon else horizon
-    return _rebuild(batch, columns.timestamps, keys, values, columns.headers, offsets, kept,
-                    new_horizon), n, len(kept)  # fmt: skip
+    # Only now the values, timestamps and headers: the same records as the scan's.
+    columns = batch.columns()
+    values = columns.values if isinstance(columns.values, list) else list(columns.values)
+    return _rebuild(batch, columns.timestamps, scanned.keys, values, columns.headers,
+                    scanned.offsets, kept, new_horizon), n, len(kept)  # fmt: skip
 
 
 def _rebuild(
@@ -506,7 +524,7 @@ def build_offset_map(
     ``buildOffsetMap``), stopping when it is full; ``latest_offset`` is then the last
     offset mapped (the pass cleans up to it), else ``end - 1``.
 
-    Cost: a decode of every record in the range (keys and offsets used).
+    Cost: a scan of every record's key in the range (``compaction_scan``).
 
     Raises:
         CorruptRecordError: a batch in the range is damaged.
@@ -540,12 +558,10 @@ def _map_segment(
             # transaction index here to tell): they supersede nothing.
             stats.map_records_read += batch.records_count
         else:
-            columns = batch.columns()
-            keys = columns.keys if isinstance(columns.keys, list) else list(columns.keys)
-            offsets = list(columns.offsets)
-            taken = offset_map.put_all(keys, offsets, start)
+            scanned = batch_keys(batch)
+            taken = offset_map.put_all(scanned.keys, scanned.offsets, start)
             stats.map_records_read += taken
-            if taken < len(keys):
+            if taken < len(scanned):
                 return True
         offset_map.update_latest_offset(batch.last_offset)
     return False

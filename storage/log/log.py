@@ -1154,6 +1154,7 @@ class Log:
         *,
         first_dirty_offset: int | None = None,
         on_step: StepHook | None = None,
+        abort: threading.Event | None = None,
     ) -> tuple[int, CleanerStats]:
         """Run one cleaning pass (Kafka's log compaction) from ``first_dirty_offset``
         (the cleaner checkpoint; None: the log start); return the first offset not
@@ -1164,6 +1165,8 @@ class Log:
         holds keys; a log with more keys is cleaned in several passes. Any log may be
         cleaned, whatever its ``cleanup.policy`` (the manager picks the compacted ones).
         Appends and reads go on meanwhile; the lock is taken for each swap only.
+        ``abort``, once set, stops the pass at its next batch (nothing committed
+        stays: see ``Cleaner``).
 
         Cost: see ``storage/log/cleaner.py``.
 
@@ -1179,7 +1182,7 @@ class Log:
             return to_clean.first_dirty_offset, CleanerStats(
                 segments_before=self.number_of_segments, segments_after=self.number_of_segments
             )
-        return Cleaner(offset_map, clock=self.clock, on_step=on_step).clean(to_clean)
+        return Cleaner(offset_map, clock=self.clock, on_step=on_step, abort=abort).clean(to_clean)
 
     def replace_segments(
         self, groups: Sequence[CleanedGroup], on_step: Callable[..., None]

@@ -30,6 +30,15 @@ and its ratio to a baseline measured in the same run, with the direction of the 
 - roll stall: the longest gap between two 1-MiB reads of one partition while another
   partition rolls 256-MiB segments (the daemon fsyncs each sealed segment), against the
   longest gap of the same reads alone.
+- metrics cost: three daemons on three log directories, one with ``--metrics``
+  (scraped every 15 s, Prometheus' usual interval) and two without (the second one
+  measures what two identical daemons differ by on this shared machine), each
+  measurement taken on the three back to back in a rotating order: ``cat lines.txt >>
+  MNT/t/0`` (25 MB), ``cat MNT/t/0 > /dev/null``, single-line ``write()`` calls (one
+  FUSE request each: where a per-request cost shows most) and ``os.stat`` calls (lookup
+  + getattr); medians and the ratio on/off of the times (1.0 = metrics cost nothing;
+  the target is < 1.03), and the in-process cost of one ``@handler`` call with
+  metrics off and on.
 - readers' memory: the daemon's RSS (``/proc/PID/status``) before, at its peak
   (``VmHWM``, reset first) and 2 s after many descriptors, opened by 8 threads, each
   read 2 x 64 KiB of the 100-byte-line partition and closed; against the bounds the
@@ -44,6 +53,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -51,6 +61,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -77,6 +88,7 @@ class Sizes:
     random_reads: int
     roll_bytes: int
     readers: int
+    metrics_requests: int = 5_000
 
 
 # Consume reads 200 MB of 100-byte lines and 1 GB of 4-KiB records: runs of a few
@@ -84,7 +96,7 @@ class Sizes:
 # only), the first fills of a stream and a moment of another job's load weigh little
 # (with 205 MB of 4-KiB records, ~55 ms a run, the ratio moved 0.46-0.63).
 FULL = Sizes(1_000_000, 2_000_000, 250_000, 5, 30, 10_000_000, 10_000, 1000, 300 * MIB, 1000)
-QUICK = Sizes(100_000, 200_000, 5_000, 2, 10, 200_000, 10_000, 200, 0, 200)
+QUICK = Sizes(100_000, 200_000, 5_000, 2, 10, 200_000, 10_000, 200, 0, 200, 1_000)
 
 
 def say(text: str = "") -> None:
@@ -326,6 +338,203 @@ def bench_tail(work: Path, mnt: Path, sizes: Sizes) -> Outcome:
     )
 
 
+METRICS_SCRAPE_INTERVAL_S = 15.0
+"""Prometheus' usual ``scrape_interval`` (the README's scrape configuration)."""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (its exited threads included),
+    from ``/proc/PID/stat``; resolution one clock tick (10 ms)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def metrics_port(daemon: Daemon) -> int:
+    """The port a ``--metrics 127.0.0.1:0`` daemon bound (from its log)."""
+    deadline = time.monotonic() + 10
+    while True:
+        daemon.log.flush()
+        text = (daemon.mountpoint.parent / f"{daemon.mountpoint.name}.log").read_text()
+        found = re.search(r"metrics at http://[^ ]+:(\d+)/metrics", text)
+        if found:
+            return int(found.group(1))
+        if time.monotonic() > deadline:
+            raise SystemExit("the metrics daemon logged no address")
+        time.sleep(0.05)
+
+
+def timed_writes(path: Path, count: int) -> float:
+    """Seconds for ``count`` ``write()`` calls of one 100-byte line each."""
+    line = b"m" * 99 + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        started = time.perf_counter()
+        for _ in range(count):
+            os.write(fd, line)
+        return time.perf_counter() - started
+    finally:
+        os.close(fd)
+
+
+def timed_stats(path: Path, count: int) -> float:
+    started = time.perf_counter()
+    for _ in range(count):
+        os.stat(path)
+    return time.perf_counter() - started
+
+
+def handler_cost_us(count: int, runs: int) -> tuple[float, float]:
+    """Microseconds per call of a ``@handler`` request that only counts an append as
+    ``write_path`` does, with metrics off and on, in this process (no kernel, no
+    daemon): what metrics add to a FUSE write, without the machine's noise. Medians of
+    ``runs`` loops, in turns."""
+    import trio
+    from prometheus_client import CollectorRegistry
+
+    from seglogfs.daemon import metrics
+    from seglogfs.daemon.handler import handler
+
+    @handler
+    async def write(value: int) -> int:
+        # What ``write_path`` adds for each append, besides the handler's timing.
+        counters = metrics.COUNTERS
+        if counters is not None:
+            counters.appended("topic", 1, 100)
+        return value
+
+    async def loop() -> float:
+        started = time.perf_counter()
+        for i in range(count):
+            await write(i)
+        return time.perf_counter() - started
+
+    counters = metrics.MountCounters(CollectorRegistry())
+    times: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        for _ in range(runs):
+            for on in (False, True):
+                metrics.COUNTERS = counters if on else None
+                times[on].append(trio.run(loop))
+    finally:
+        metrics.COUNTERS = None
+    return median(times[False]) / count * 1e6, median(times[True]) / count * 1e6
+
+
+def bench_metrics(work: Path, sizes: Sizes) -> Outcome:
+    """The same work on a daemon with ``--metrics``, one without and a second one
+    without (the control: what two identical daemons differ by on this machine), each
+    measurement taken on the three back to back in a rotating order."""
+    source = work / "metrics-lines.txt"
+    lines = sizes.produce_lines // 4
+    size = lines_file(source, lines, 100)
+    daemons = {
+        "off": Daemon(work / "logs-metrics-off", work / "mnt-metrics-off"),
+        "control": Daemon(work / "logs-metrics-control", work / "mnt-metrics-control"),
+        "on": Daemon(work / "logs-metrics-on", work / "mnt-metrics-on", "--metrics", "127.0.0.1:0"),
+    }
+    url = f"http://127.0.0.1:{metrics_port(daemons['on'])}/metrics"
+    stop = threading.Event()
+    scraped: list[int] = []
+
+    def scrape() -> None:
+        while True:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                scraped.append(len(response.read()))
+            if stop.wait(METRICS_SCRAPE_INTERVAL_S):
+                return
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    requests = sizes.metrics_requests
+    kinds: dict[str, tuple[str, Callable[[Path, int], float]]] = {
+        "produce": (
+            f"cat lines.txt >> MNT/t/0 ({size / MB:.0f} MB of 100 B lines)",
+            lambda mnt, run: timed_shell(f"cat {source} >> {mnt}/p{run}/0"),
+        ),
+        "consume": (
+            f"cat MNT/t/0 > /dev/null ({size / MB:.0f} MB)",
+            lambda mnt, run: timed_shell(f"cat {mnt}/p{run}/0 > /dev/null"),
+        ),
+        "writes": (
+            f"{requests:,} write() calls of one line",
+            lambda mnt, run: timed_writes(mnt / f"w{run}" / "0", requests),
+        ),
+        "stats": (
+            f"{requests:,} os.stat calls",
+            lambda mnt, run: timed_stats(mnt / f"p{run}" / "0", requests),
+        ),
+    }
+    times: dict[tuple[str, str], list[float]] = {(k, d): [] for k in kinds for d in daemons}
+    cpu: dict[tuple[str, str], list[float]] = {(k, d): [] for k in kinds for d in daemons}
+    runs = 4 * sizes.runs + 1
+    names = list(daemons)
+    try:
+        for run in range(runs):
+            order = names[run % 3 :] + names[: run % 3]
+            for name in order:
+                os.mkdir(daemons[name].mountpoint / f"p{run}")
+                os.mkdir(daemons[name].mountpoint / f"w{run}")
+            for kind, (_, measure) in kinds.items():
+                for name in order:
+                    pid = daemons[name].proc.pid
+                    before = cpu_seconds(pid)
+                    times[kind, name].append(measure(daemons[name].mountpoint, run))
+                    cpu[kind, name].append(cpu_seconds(pid) - before)
+            os.sync()
+    finally:
+        stop.set()
+        scraper.join()
+        for daemon in daemons.values():
+            daemon.stop()
+    ratios: dict[str, tuple[float, float]] = {}
+    for kind, (what, _) in kinds.items():
+        off_s, on_s = median(times[kind, "off"]), median(times[kind, "on"])
+        control_s = median(times[kind, "control"])
+        say(
+            f"metrics cost, {what}, median of {runs}: off {off_s * 1000:,.1f} ms, "
+            f"on {on_s * 1000:,.1f} ms; ratio on/off {on_s / off_s:.3f} (1.0 = free, lower "
+            f"is better; a second daemon without metrics: {control_s * 1000:,.1f} ms, ratio "
+            f"{control_s / off_s:.3f}, the machine's noise)"
+        )
+        # The daemons' own CPU time (10 ms ticks), less sensitive to the other jobs on
+        # the machine than the elapsed time, though not immune (see the second off).
+        off_cpu, on_cpu = median(cpu[kind, "off"]), median(cpu[kind, "on"])
+        control_cpu = median(cpu[kind, "control"])
+        say(
+            f"  the daemon's CPU time for it, median of {runs}: off {off_cpu * 1000:,.0f} ms, "
+            f"on {on_cpu * 1000:,.0f} ms, ratio on/off {on_cpu / max(off_cpu, 0.01):.3f}; "
+            f"second off {control_cpu * 1000:,.0f} ms, ratio "
+            f"{control_cpu / max(off_cpu, 0.01):.3f}"
+        )
+        ratios[kind] = (on_s / off_s, control_s / off_s)
+    say(
+        f"  ({len(scraped)} scrapes of {median(scraped or [0]) / 1000:.0f} KB during the runs, "
+        f"one every {METRICS_SCRAPE_INTERVAL_S:.0f} s)"
+    )
+    off_us, on_us = handler_cost_us(100_000, 7)
+    write_us = median(times["writes", "off"]) / requests * 1e6
+    say(
+        f"metrics cost per write request, in process (a @handler that counts an append, "
+        f"100,000 calls, median of 7): off {off_us:.2f} us, on {on_us:.2f} us: "
+        f"+{on_us - off_us:.2f} us, {(on_us - off_us) / write_us:.2%} of a one-line write() "
+        f"through FUSE "
+        f"({write_us:.0f} us)"
+    )
+    # End to end, the ratios cannot be told from the machine's noise (the second
+    # daemon without metrics differs from the first by as much): judged is the cost
+    # per request measured without that noise, against a request through FUSE.
+    worst = max(ratios, key=lambda k: ratios[k][0])
+    share = (on_us - off_us) / write_us
+    return Outcome(
+        "metrics cost per write",
+        f"+{on_us - off_us:.2f} us = {share:.2%}; end to end worst {worst} "
+        f"{ratios[worst][0]:.3f} (noise {ratios[worst][1]:.3f})",
+        "< 3% of a write",
+        share < 0.03,
+    )
+
+
 def rss(pid: int, field: str = "VmRSS") -> int:
     """``field`` of ``/proc/PID/status``, in bytes."""
     with open(f"/proc/{pid}/status") as f:
@@ -481,6 +690,9 @@ def bench_roll_stall(work: Path, mnt: Path, sizes: Sizes, read_topic: str) -> Ou
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small sizes for a smoke run")
+    parser.add_argument(
+        "--metrics-only", action="store_true", help="only the metrics on/off comparison"
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     say(
@@ -491,6 +703,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     base = os.environ.get("SEGLOG_BENCH_DIR") or None
     with tempfile.TemporaryDirectory(prefix="seglog-bench-fuse-", dir=base) as tmp:
         work = Path(tmp)
+        outcomes.append(bench_metrics(work, sizes))
+        if args.metrics_only:
+            return summary(outcomes, args.quick)
         log_dir = work / "logs"
         daemon = Daemon(log_dir, work / "mnt")
         try:
@@ -511,8 +726,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             daemon.stop()
         outcomes.append(bench_random(work, sizes))
+    return summary(outcomes, args.quick)
+
+
+def summary(outcomes: list[Outcome], quick: bool) -> int:
     say()
-    say("summary" + (" (--quick sizes: not the target conditions)" if args.quick else ""))
+    say("summary" + (" (--quick sizes: not the target conditions)" if quick else ""))
     for o in outcomes:
         status = "info" if o.met is None else ("MET" if o.met else "NOT MET")
         say(f"  {o.name:<32} {o.result:<44} {o.target:<30} {status}")

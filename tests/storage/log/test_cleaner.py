@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -454,7 +455,9 @@ def test_a_log_with_an_extension_index_loses_units_from_the_front(
         assert log.layout_epoch == 1
         log._check()
         checkpoint = read_extension_start_checkpoint(log.dir / UNITS.start_checkpoint_name)
-        assert checkpoint == (log.segments.first_segment.base_offset, log.extension_start)
+        first = log.segments.first_segment
+        assert first is not None
+        assert checkpoint == (first.base_offset, log.extension_start)
         kept = triples(log)
     caplog.clear()
     with LogManager.open(log_dir, clock=clock, extension=lambda _m: UNITS) as manager:
@@ -739,3 +742,36 @@ def test_a_read_only_follower_picks_up_a_pass_of_the_writer(
     finally:
         reader.close()
         writer.close()
+
+
+def test_an_aborted_pass_leaves_the_log_as_it_was(log_dir: Path, clock: ManualClock) -> None:
+    # Kafka's abortCleaning on shutdown: a pass stops at its next batch; with a
+    # position index the groups written so far are removed (none was swapped in).
+    directory = log_dir / "t-0"
+    abort = threading.Event()
+    log = Log.open(directory, compacted(), clock=clock, extension=UNITS)
+    try:
+        fill(log, clock, 300, 6)
+        old = triples(log)
+        units = units_by_batch(log)
+        written: list[int] = []
+
+        def shut_down(step: CleaningStep, segment: LogSegment) -> None:
+            written.append(segment.base_offset)
+            abort.set()  # while the first group is written, before the second
+
+        with pytest.raises(LogCleaningAbortedError, match="aborted"):
+            log.clean(OffsetMap(BIG_MAP), on_step=shut_down, abort=abort)
+        assert written == [0]
+        assert triples(log) == old
+        assert units_by_batch(log) == units
+        assert not [n for n in os.listdir(directory) if n.endswith((".cleaned", ".swap"))]
+    finally:
+        log.close()
+    with LogManager.open(log_dir, clock=clock) as manager:
+        manager.create_topic("c", 1, {"cleanup.policy": "compact", "segment.bytes": "1024"})
+        fill(manager.log("c", 0), clock, 200, 5)
+        manager.abort_cleaning()
+        summary = manager.clean(force=True)
+        assert summary.cleaned == ()
+        assert summary.skipped == (("c", 0, "cleaning aborted (shutting down)"),)
