@@ -10,8 +10,8 @@ The rules (``seglogfs/__init__.py`` states them for readers):
 
 - ``storage`` imports nothing of ``seglogfs``, trio, pyfuse3 or pyspark;
 - the shared modules (``seglogfs.positions``, ``producer``, ``open_files_limit``,
-  ``setup_check``) import
-  no face;
+  ``properties``, ``setup_check``) import no face, nor trio; ``seglogfs.byte_budget``
+  (the listeners' ``queued.max.request.bytes``) imports trio and no face;
 - the command line imports nothing of the daemon but its entry point
   (``seglogfs.daemon.mount``, loaded only by the ``mount`` command) and nothing of the
   control socket's server, Spark, trio or pyfuse3;
@@ -61,8 +61,15 @@ RULES = (
             "seglogfs.positions",
             "seglogfs.producer",
             "seglogfs.open_files_limit",
+            "seglogfs.properties",
             "seglogfs.setup_check",
         ),
+    ),
+    Rule(
+        "shared-async",
+        "seglogfs",
+        (*FACES, "pyfuse3", "pyspark"),
+        modules=("seglogfs.byte_budget",),
     ),
     Rule(
         "cli",

@@ -4,6 +4,12 @@ Through the daemon when one owns the log directory (``seglogfs.control``), else 
 directory opened for writing; both append through ``seglogfs.producer``, so the
 partitions, offsets and errors are the same. Ctrl-C and SIGTERM stop between appends,
 never inside one.
+
+A missing topic is created first, with ``num.partitions`` and the default format, as
+a Kafka broker creates a topic its producer names (``auto.create.topics.enable``,
+Kafka's default true; ``false`` in ``--broker-config`` keeps the refusal), saying so
+on stderr. With a daemon, it creates the topic (its ``num.partitions`` and format);
+the setting is still read from ``--broker-config``.
 """
 
 from __future__ import annotations
@@ -16,12 +22,16 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from storage import (
+    ConfigError,
     Header,
+    LogManager,
     StickyPartitioner,
     StorageError,
+    TopicExistsError,
     TopicMetadata,
     UnknownTopicError,
     parse_json_lines,
@@ -29,6 +39,7 @@ from storage import (
 
 from .. import control
 from ..producer import append_records, split_keys
+from ..setup_check import config_file_error, read_config_file
 from .common import (
     EXIT_OK,
     Parents,
@@ -90,7 +101,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
     log_dir = existing_log_dir(args)
     topic = args.topic
     if control.daemon_socket(log_dir) is not None:
-        result = control.request(log_dir, "describe_topic", name=topic)
+        result = _described_or_created(log_dir, topic, args)
         assert isinstance(result, dict)
         metadata = TopicMetadata(
             topic,
@@ -119,7 +130,7 @@ def _cmd_produce(args: argparse.Namespace) -> int:
 
         return _produce_stream(args, metadata, send)
     with open_writable(log_dir, args) as manager:
-        metadata = manager.topic(topic)
+        metadata = _topic_or_created(manager, topic, args)
         partitioner = StickyPartitioner(metadata.partitions)
 
         def append(
@@ -140,6 +151,84 @@ def _cmd_produce(args: argparse.Namespace) -> int:
             )
 
         return _produce_stream(args, metadata, append)
+
+
+AUTO_CREATE_KEY = "auto.create.topics.enable"
+
+
+def _auto_create(args: argparse.Namespace) -> bool:
+    """``auto.create.topics.enable`` from ``--broker-config`` (Kafka's default: true).
+
+    Raises:
+        SetupError: the file cannot be read, or the value is not true or false.
+    """
+    if args.broker_config is None:
+        return True
+    properties = read_config_file(args.broker_config, "--broker-config")
+    raw = properties.get(AUTO_CREATE_KEY, "true").strip().lower()
+    if raw not in ("true", "false"):
+        error = ConfigError(AUTO_CREATE_KEY, raw, "must be true or false")
+        raise config_file_error(args.broker_config, "--broker-config", error)
+    return raw == "true"
+
+
+def _created(topic: str, partitions: int) -> None:
+    print(
+        f"seglogfs produce: created topic {topic} with {partitions} partition"
+        f"{'' if partitions == 1 else 's'} ({AUTO_CREATE_KEY})",
+        file=sys.stderr,
+    )
+
+
+def _topic_or_created(manager: LogManager, topic: str, args: argparse.Namespace) -> TopicMetadata:
+    """The topic's metadata, the topic created first when missing and the setting allows.
+
+    Raises:
+        UnknownTopicError: missing, and ``auto.create.topics.enable`` is false.
+        InvalidTopicError, ConfigError: the engine refused to create it.
+    """
+    try:
+        return manager.topic(topic)
+    except UnknownTopicError:
+        if not _auto_create(args):
+            raise
+    try:
+        metadata = manager.create_topic(topic)
+    except TopicExistsError:  # created meanwhile (the writer lock makes this rare)
+        return manager.topic(topic)
+    _created(topic, metadata.partitions)
+    return metadata
+
+
+def _described_or_created(log_dir: Path, topic: str, args: argparse.Namespace) -> object:
+    """``describe_topic`` through the daemon, the topic created by it first when missing
+    and the setting allows.
+
+    Raises:
+        control.ControlError: as ``describe_topic``/``create_topic``.
+    """
+    try:
+        return control.request(log_dir, "describe_topic", name=topic)
+    except control.ControlError as exc:
+        if exc.kind != "UnknownTopicError" or not _auto_create(args):
+            raise
+    try:
+        result = control.request(
+            log_dir,
+            "create_topic",
+            name=topic,
+            partitions=None,
+            config=None,
+            format=None,
+            key_separator=None,
+        )
+    except control.ControlError as exc:
+        if exc.kind != "TopicExistsError":
+            raise
+        return control.request(log_dir, "describe_topic", name=topic)
+    assert isinstance(result, dict)
+    _created(topic, int(result["partitions"]))
+    return result
 
 
 class _Send(Protocol):

@@ -48,7 +48,7 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from time import perf_counter
 from typing import Any, Final
@@ -57,6 +57,7 @@ import trio
 
 from storage import LogManager, OffsetStore, StickyPartitioner, StorageError
 
+from ..byte_budget import ByteBudget
 from ..daemon import metrics
 from ..producer import append_records
 from . import admin
@@ -285,34 +286,6 @@ class _Throttled:
         logger.log(level, message, *args)
 
 
-class _ByteBudget:
-    """Bytes held by frames being read or served, at most ``capacity`` (None: no
-    bound); frames that do not fit wait in arrival order. Not thread-safe."""
-
-    def __init__(self, capacity: int | None) -> None:
-        self.capacity = capacity
-        self.used = 0
-        self._turn = trio.Lock()  # trio's locks are fair: waiters are served in order
-        self._freed = trio.Event()
-
-    def fits(self, size: int) -> bool:
-        return self.capacity is None or self.used + size <= self.capacity
-
-    @contextlib.asynccontextmanager
-    async def hold(self, size: int) -> AsyncIterator[None]:
-        if not self.fits(size):
-            async with self._turn:
-                while not self.fits(size):
-                    self._freed = trio.Event()
-                    await self._freed.wait()
-        self.used += size
-        try:
-            yield
-        finally:
-            self.used -= size
-            self._freed.set()
-
-
 class _Connection:
     """One accepted connection: the scope that closes it, and since when it has been
     waiting for a frame (None while one is read or served)."""
@@ -352,7 +325,7 @@ class _Server:
         self.release_memory = release_memory
         self.connections: set[_Connection] = set()
         self.slots = trio.Semaphore(config.max_connections)
-        self.budget = _ByteBudget(config.queued_bytes_bound)
+        self.budget = ByteBudget(config.queued_bytes_bound, "control socket")
         self.requests = trio.CapacityLimiter(REQUESTS_AT_ONCE)
         self.large_frames = 0  # frames of RELEASE_AFTER_BYTES or more being served
         self.throttled = _Throttled()

@@ -53,8 +53,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from storage import OFFSETS_TOPIC, ConfigError, LogManager, OffsetStore, StorageError
-from storage.number import INT_MAX
+from storage import OFFSETS_TOPIC, LogManager, OffsetStore, StorageError
+
+from ..properties import bounded_int
 
 if TYPE_CHECKING:  # prometheus_client is loaded only when metrics are on
     from prometheus_client import CollectorRegistry
@@ -171,23 +172,10 @@ class MetricsConfig:
         return cls(
             host,
             port,
-            _whole(properties, MAX_CONNECTIONS_KEY, 16, 1),
-            _whole(properties, IDLE_KEY, 10_000, 1),
-            _whole(properties, REQUEST_MAX_BYTES_KEY, 8192, 256),
+            bounded_int(properties, MAX_CONNECTIONS_KEY, 16, 1),
+            bounded_int(properties, IDLE_KEY, 10_000, 1),
+            bounded_int(properties, REQUEST_MAX_BYTES_KEY, 8192, 256),
         )
-
-
-def _whole(properties: Mapping[str, str], key: str, default: int, low: int) -> int:
-    raw = properties.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(key, raw, "must be a whole number") from None
-    if not low <= value <= INT_MAX:
-        raise ConfigError(key, raw, f"must be a whole number from {low} to {INT_MAX}")
-    return value
 
 
 class RequestTimes:

@@ -90,11 +90,20 @@ class Broker:
     sequences: SequenceTable = field(default_factory=SequenceTable)
     counters: BrokerCounters | None = None  # None unless the daemon serves metrics
     groups: Coordinator = field(init=False)
+    _partition_locks: dict[tuple[str, int], trio.Lock] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         # The directory's one store (OffsetStore.shared): the mount's P@group= views,
         # the control socket and this listener see the same members and commits.
         self.groups = Coordinator(OffsetStore.shared(self.manager), self.run_sync)
+
+    def partition_lock(self, topic: str, partition: int) -> trio.Lock:
+        """The lock a Produce holds on a partition from its sequence check to its
+        append's record (one per partition produced to; Kafka's log lock)."""
+        lock = self._partition_locks.get((topic, partition))
+        if lock is None:
+            lock = self._partition_locks[(topic, partition)] = trio.Lock()
+        return lock
 
     @property
     def node_id(self) -> int:

@@ -19,6 +19,11 @@ setting                        default     what it does
                                            allows it creates it (``num.partitions``)
 ``fetch.max.bytes``            57671680    the most one Fetch response carries, whatever
                                            the client asks (its first batch excepted)
+``queued.max.request.bytes``   104857600   request frames being read or served hold at
+                                           most this much in all: a frame that does not
+                                           fit waits (unread) until others are answered;
+                                           -1: no bound (Kafka's default). Not below
+                                           ``socket.request.max.bytes``
 =============================  ==========  ==============================================
 
 Only the ``PLAINTEXT`` security protocol exists here (no TLS, no SASL): bind to
@@ -31,7 +36,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from storage import ConfigError
-from storage.number import INT_MAX
+from storage.number import LONG_MAX
+
+from ..properties import bounded_int
 
 __all__ = ["DEFAULT_HOST", "KafkaConfig", "parse_host_port"]
 
@@ -82,6 +89,26 @@ class KafkaConfig:
     # the file system needs too (the control socket is bounded the same way).
     max_connections: int = 256
     connections_max_idle_ms: int = 600_000
+    # Kafka: -1 (unbounded); bounded here as on the control socket: every frame is
+    # memory of the daemon, which the file system shares.
+    queued_max_request_bytes: int = 104857600
+
+    def __post_init__(self) -> None:
+        queued = self.queued_max_request_bytes
+        if queued == 0 or queued < -1:
+            raise ConfigError("queued.max.request.bytes", queued, "must be positive, or -1")
+        if queued != -1 and queued < self.socket_request_max_bytes:
+            raise ConfigError(
+                "queued.max.request.bytes",
+                queued,
+                f"must not be below socket.request.max.bytes ({self.socket_request_max_bytes}):"
+                " a frame of that size could never be read",
+            )
+
+    @property
+    def queued_bytes_bound(self) -> int | None:
+        """``queued.max.request.bytes``, None when unbounded (-1)."""
+        return None if self.queued_max_request_bytes == -1 else self.queued_max_request_bytes
 
     @classmethod
     def from_settings(
@@ -107,9 +134,9 @@ class KafkaConfig:
             advertised = properties["advertised.listeners"]
         if advertised is not None:
             advertised_host, advertised_port = parse_host_port(advertised, "advertised.listeners")
-        node_id = _int(properties, "node.id", _int(properties, "broker.id", 0, 0), 0)
-        max_bytes = _int(properties, "socket.request.max.bytes", 104857600, 1)
-        fetch_max = _int(properties, "fetch.max.bytes", 57671680, 0)
+        node_id = bounded_int(properties, "node.id", bounded_int(properties, "broker.id", 0, 0), 0)
+        max_bytes = bounded_int(properties, "socket.request.max.bytes", 104857600, 1)
+        fetch_max = bounded_int(properties, "fetch.max.bytes", 57671680, 0)
         auto_text = properties.get("auto.create.topics.enable", "true").strip().lower()
         if auto_text not in _TRUE_FALSE:
             raise ConfigError("auto.create.topics.enable", auto_text, "must be true or false")
@@ -122,19 +149,7 @@ class KafkaConfig:
             max_bytes,
             _TRUE_FALSE[auto_text],
             fetch_max,
-            _int(properties, "max.connections", 256, 1),
-            _int(properties, "connections.max.idle.ms", 600_000, 1),
+            bounded_int(properties, "max.connections", 256, 1),
+            bounded_int(properties, "connections.max.idle.ms", 600_000, 1),
+            bounded_int(properties, "queued.max.request.bytes", 104857600, -1, LONG_MAX),
         )
-
-
-def _int(properties: Mapping[str, str], key: str, default: int, low: int) -> int:
-    raw = properties.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(key, raw, "must be a whole number") from None
-    if not low <= value <= INT_MAX:
-        raise ConfigError(key, raw, f"must be a whole number from {low} to {INT_MAX}")
-    return value

@@ -3,10 +3,10 @@ it (one replica, always in sync).
 
 A request naming a missing topic creates it when the request allows it and
 ``auto.create.topics.enable`` is true (Kafka's default), with ``num.partitions`` and
-the mount's default format, as a broker does; else the topic is answered with
-``UNKNOWN_TOPIC_OR_PARTITION``. Topics carry the nil topic id: the engine keeps no
-topic ids (Kafka before 2.8 had none), so the Fetch and Produce versions that need one
-are not advertised.
+the mount's default format, as a broker does (``auto_create``, also used by
+Produce); else the topic is answered with ``UNKNOWN_TOPIC_OR_PARTITION``. Topics
+carry the nil topic id: the engine keeps no topic ids (Kafka before 2.8 had none),
+so the Fetch and Produce versions that need one are not advertised.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from storage import OFFSETS_TOPIC, LogManager, StorageError
+from storage import OFFSETS_TOPIC, LogManager, StorageError, TopicExistsError
 
 from .broker import Broker, error_code_of
 from .codec import ErrorCode, Request, build, response_class
 
-__all__ = ["handle_metadata"]
+__all__ = ["auto_create", "handle_metadata"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,13 +68,11 @@ def _describe(
     topics: list[dict[str, Any]] = []
     for name in names:
         if name not in known and create and name != OFFSETS_TOPIC:
-            try:
-                manager.create_topic(name)
-                logger.info("kafka: created topic %s (auto.create.topics.enable)", name)
-                known.add(name)
-            except StorageError as exc:
-                topics.append(_topic_error(name, error_code_of(exc)))
+            code = auto_create(manager, name, "Metadata")
+            if code is not ErrorCode.none:
+                topics.append(_topic_error(name, code))
                 continue
+            known.add(name)
         if name not in known:
             topics.append(_topic_error(name, ErrorCode.unknown_topic_or_partition))
             continue
@@ -93,6 +91,30 @@ def _describe(
             }
         )
     return topics
+
+
+def auto_create(manager: LogManager, name: str, api: str) -> ErrorCode:
+    """Create the missing topic ``name`` as ``auto.create.topics.enable`` does: with
+    ``num.partitions``, no overrides, the mount's default format (blocking: a worker
+    thread). ``ErrorCode.none`` also when another request created it meanwhile;
+    else Kafka's code for the engine's refusal (``INVALID_TOPIC_EXCEPTION`` for a bad
+    name). Callers check the setting, the mount being writable and that the topic is
+    not internal."""
+    try:
+        metadata = manager.create_topic(name)
+    except TopicExistsError:
+        return ErrorCode.none
+    except (StorageError, OSError) as exc:
+        code = error_code_of(exc)
+        logger.warning("kafka: %s could not create topic %r: %s", api, name, exc)
+        return code
+    logger.info(
+        "kafka: created topic %s with %d partitions (auto.create.topics.enable, %s)",
+        name,
+        metadata.partitions,
+        api,
+    )
+    return ErrorCode.none
 
 
 def _topic_error(name: str, code: ErrorCode) -> dict[str, Any]:

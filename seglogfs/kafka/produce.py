@@ -9,20 +9,31 @@ with one replica: the response goes once the batch is in the segment file (flush
 by the topic's ``flush.*`` settings, as Kafka's acks=all waits for the replicas, not
 for the disk). Idempotent producers' batches pass ``producers.SequenceTable``:
 a batch retried after a lost response is answered with its first offsets instead of
-being appended twice. Transactional batches are refused by the engine
-(``INVALID_RECORD``: the log keeps no transaction state).
+being appended twice, also across a daemon restart (the first Produce to a partition
+reads its producers back from the log's tail: ``producers.producer_entries``). Each
+partition's check, append and record run under that partition's lock, so two
+connections sending the same batch cannot both append it. Transactional batches are
+refused by the engine (``INVALID_RECORD``: the log keeps no transaction state).
+
+A topic the request names that does not exist is created first when
+``auto.create.topics.enable`` is true and the mount is writable (``num.partitions``
+partitions, as the Metadata request a producer sends first would create it; Kafka
+creates topics from Metadata only and answers such a Produce with
+``UNKNOWN_TOPIC_OR_PARTITION``, which its clients retry after a Metadata request).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
-from storage import AppendInfo, LogManager, StorageError
+from storage import OFFSETS_TOPIC, AppendInfo, LogManager, StorageError
 
 from .broker import KAFKA_PATH, Broker, error_code_of
 from .codec import ErrorCode, Request, build, response_class
-from .producers import identify_batches
+from .metadata import auto_create
+from .producers import AppendedBatch, identify_batches, producer_entries
 
 __all__ = ["handle_produce"]
 
@@ -47,29 +58,20 @@ async def handle_produce(broker: Broker, request: Request) -> Any | None:
             for p in t.partition_data
         ]
     results: dict[tuple[str, int], dict[str, Any]] = {}
+    named = {t for t, _, _, code, _ in parts if code is ErrorCode.none}
+    refused = await _create_missing(broker, named)
     appended = False
     for topic, partition, records, code, message in parts:
+        if topic in refused:
+            code, message = refused[topic], "the topic could not be created"
         if code is not ErrorCode.none or not records:
             error = code if code is not ErrorCode.none else ErrorCode.corrupt_message
             results[(topic, partition)] = _result(partition, error, message=message)
             continue
-        identity = identify_batches(records)
-        duplicate = broker.sequences.check(topic, partition, identity)
-        if isinstance(duplicate, ErrorCode):
-            results[(topic, partition)] = _result(partition, duplicate)
-            continue
-        if duplicate is not None:
-            results[(topic, partition)] = _result(partition, ErrorCode.none, duplicate)
-            continue
-        outcome = await broker.run_sync(_append, broker.manager, topic, partition, bytes(records))
-        if isinstance(outcome, AppendInfo):
-            appended = True
-            if broker.counters is not None:
-                broker.counters.appended(topic, outcome.record_count, outcome.size, KAFKA_PATH)
-            broker.sequences.record(topic, partition, identity, outcome.first_offset)
-            results[(topic, partition)] = _result(partition, ErrorCode.none, outcome.first_offset)
-        else:
-            results[(topic, partition)] = _result(partition, outcome[0], message=outcome[1])
+        async with broker.partition_lock(topic, partition):
+            result, added = await _produce_partition(broker, topic, partition, records)
+        results[(topic, partition)] = result
+        appended = appended or added
     if appended:
         broker.appends.appended()
     if body.acks == 0:
@@ -87,6 +89,76 @@ async def handle_produce(broker: Broker, request: Request) -> Any | None:
         ],
         throttle_time=0,
     )
+
+
+async def _create_missing(broker: Broker, topics: set[str]) -> dict[str, ErrorCode]:
+    """Create the missing ``topics`` when ``auto.create.topics.enable`` allows it; the
+    codes of those that could not be created (their partitions get them)."""
+    manager = broker.manager
+    if not broker.config.auto_create_topics or broker.read_only:
+        return {}
+    refused: dict[str, ErrorCode] = {}
+    for topic in sorted(topics):
+        try:
+            manager.topic(topic)  # a lookup in memory: no worker thread needed
+            continue
+        except StorageError:
+            pass
+        if topic == OFFSETS_TOPIC:
+            continue  # internal: never created on demand (the append reports it)
+        code = await broker.run_sync(auto_create, manager, topic, "Produce")
+        if code is not ErrorCode.none:
+            refused[topic] = code
+    return refused
+
+
+async def _produce_partition(
+    broker: Broker, topic: str, partition: int, records: Any
+) -> tuple[dict[str, Any], bool]:
+    """One partition's batches through the sequence check and the append (the caller
+    holds the partition's lock); its response entry and whether anything was appended."""
+    identity = identify_batches(records)
+    sequences = broker.sequences
+    if identity.producer_id >= 0 and not sequences.loaded(topic, partition):
+        batches = await broker.run_sync(_producer_entries, broker.manager, topic, partition)
+        if batches is not None:
+            sequences.load(topic, partition, batches)
+    duplicate = sequences.check(topic, partition, identity)
+    if isinstance(duplicate, ErrorCode):
+        return _result(partition, duplicate), False
+    if duplicate is not None:
+        return _result(partition, ErrorCode.none, duplicate), False
+    outcome = await broker.run_sync(_append, broker.manager, topic, partition, bytes(records))
+    if not isinstance(outcome, AppendInfo):
+        return _result(partition, outcome[0], message=outcome[1]), False
+    if broker.counters is not None:
+        broker.counters.appended(topic, outcome.record_count, outcome.size, KAFKA_PATH)
+    if sequences.loaded(topic, partition):
+        sequences.record(topic, partition, identity, outcome.first_offset)
+    return _result(partition, ErrorCode.none, outcome.first_offset), True
+
+
+def _producer_entries(
+    manager: LogManager, topic: str, partition: int
+) -> list[AppendedBatch] | None:
+    """The partition's producers from its log's tail (blocking: a worker thread); None
+    when there is no such partition (the append then says so). A log that cannot be
+    read is logged and counts as empty: its producers' next batches are taken as they
+    come, as before the table knew them."""
+    try:
+        log = manager.log(topic, partition)
+    except StorageError:
+        return None
+    try:
+        return producer_entries(log, time.time_ns() // 1_000_000)
+    except (StorageError, OSError) as exc:
+        logger.warning(
+            "kafka: the producers of %s-%d could not be read back from the log: %s",
+            topic,
+            partition,
+            exc,
+        )
+        return []
 
 
 def _result(

@@ -5,11 +5,21 @@ first and numbers its batches per partition. As a single Kafka broker does, this
 hands out ids and, per producer and partition, remembers the last five batches'
 sequence numbers and offsets: a batch sent again after its response was lost is
 answered with the offset it got (no second copy), a gap is
-``OUT_OF_ORDER_SEQUENCE_NUMBER``, an older epoch ``INVALID_PRODUCER_EPOCH``. The
-table lives in the daemon's memory only (Kafka keeps it in snapshot files): after a
-restart the first batch of every producer is accepted as it comes. Transactional ids
-are refused (``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``): the log keeps no transaction
-state.
+``OUT_OF_ORDER_SEQUENCE_NUMBER``, an older epoch ``INVALID_PRODUCER_EPOCH``.
+
+The table is rebuilt from the log, as Kafka's ``ProducerStateManager`` rebuilds it
+from the batches' producer fields (Kafka starts from a ``.snapshot`` file and reads
+the log after it; this broker writes no snapshots): before the first Produce to a
+partition since the daemon started is checked, ``producer_entries`` reads the
+producer id, epoch, sequences and base offset of the partition's last batches, so a
+batch retried across a restart is still answered with its first offset. The read is
+bounded: the last segments up to ``REBUILD_TAIL_BYTES`` (at least the active one),
+and no batch older than ``producer.id.expiration.ms`` (Kafka's default, a day),
+after which Kafka forgets a producer too. A producer whose last batch lies before
+that is unknown, and its next batch is accepted as it comes.
+
+Transactional ids are refused (``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``): the log
+keeps no transaction state.
 """
 
 from __future__ import annotations
@@ -17,22 +27,39 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from storage import DefaultRecordBatch, StorageError, iter_batches
+from storage import CorruptRecordError, DefaultRecordBatch, Log, StorageError, iter_batches
 
 from .codec import ErrorCode, Request, build, response_class
 
 if TYPE_CHECKING:
     from .broker import Broker
 
-__all__ = ["BatchIdentity", "SequenceTable", "handle_init_producer_id", "identify_batches"]
+__all__ = [
+    "PRODUCER_ID_EXPIRATION_MS",
+    "REBUILD_TAIL_BYTES",
+    "AppendedBatch",
+    "BatchIdentity",
+    "SequenceTable",
+    "handle_init_producer_id",
+    "identify_batches",
+    "producer_entries",
+]
 
 _RECENT = 5
 """Batches remembered per producer and partition: Kafka's, and the most a producer
 keeps in flight (``max.in.flight.requests.per.connection`` <= 5 with idempotence)."""
 
 _INT_MAX = 2**31 - 1
+
+PRODUCER_ID_EXPIRATION_MS: Final = 86_400_000
+"""Kafka's ``producer.id.expiration.ms``: batches older than this are not read back
+into the table after a restart (Kafka expires such producers)."""
+
+REBUILD_TAIL_BYTES: Final = 64 * 1024 * 1024
+"""The most segment bytes read per partition to rebuild its producers (whole
+segments from the end; the active segment is always read)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +93,72 @@ def identify_batches(records: bytes) -> BatchIdentity:
 
 
 @dataclass(frozen=True)
+class AppendedBatch:
+    """An idempotent producer's batch in the log, as the table remembers it."""
+
+    producer_id: int
+    producer_epoch: int
+    first_sequence: int
+    last_sequence: int
+    base_offset: int
+
+
+def producer_entries(
+    log: Log,
+    now_ms: int,
+    expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+    tail_bytes: int = REBUILD_TAIL_BYTES,
+) -> list[AppendedBatch]:
+    """The idempotent batches of ``log``'s tail, in log order, for ``SequenceTable.load``.
+
+    Reads from the first of the last segments whose sizes add up to at most
+    ``tail_bytes`` (the active segment always), and not before the first
+    record at or after ``now_ms - expiration_ms`` (through the time index). Only the
+    61-byte batch headers are used; each batch's CRC is checked as every read checks
+    it, and damage ends the read (the batches before it count).
+
+    Cost: O(log n) to position, then O(batches) over at most the bytes above.
+
+    Raises:
+        StorageError: the log was deleted or closed meanwhile.
+    """
+    segments = log.segments.values()
+    if not segments:
+        return []
+    start = segments[-1].base_offset
+    total = segments[-1].size
+    for segment in reversed(segments[:-1]):
+        total += segment.size
+        if total > tail_bytes:
+            break
+        start = segment.base_offset
+    recent = log.offset_for_timestamp(now_ms - expiration_ms)
+    if recent is None:
+        return []  # every record is older: every producer has expired
+    start = max(start, recent, log.log_start_offset)
+    if start >= log.log_end_offset:
+        return []
+    found: list[AppendedBatch] = []
+    try:
+        for batch in log.batches(start):
+            if isinstance(batch, DefaultRecordBatch) and batch.producer_id >= 0:
+                if batch.base_sequence < 0:
+                    continue
+                found.append(
+                    AppendedBatch(
+                        batch.producer_id,
+                        batch.producer_epoch,
+                        batch.base_sequence,
+                        batch.last_sequence,
+                        batch.base_offset,
+                    )
+                )
+    except CorruptRecordError:
+        pass  # damage (logged by whoever reads it next): the batches before it count
+    return found
+
+
+@dataclass(frozen=True)
 class _Appended:
     first_sequence: int
     last_sequence: int
@@ -73,17 +166,50 @@ class _Appended:
 
 
 class SequenceTable:
-    """Per (producer id, topic, partition): the epoch and the last batches appended."""
+    """Per (producer id, topic, partition): the epoch and the last batches appended,
+    and which partitions have been read back from their logs (``load``).
 
-    def __init__(self) -> None:
+    Not thread-safe: the trio thread's (the Produce handler holds the partition's
+    lock from ``check`` to ``record``). Producers silent for ``expiration_ms`` are
+    forgotten (Kafka's ``producer.id.expiration.ms``), so the table is bounded by the
+    producers of the last day, as Kafka's is.
+    """
+
+    def __init__(self, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> None:
         self._next_id = int(time.time() * 1000) & 0x0FFF_FFFF_FFFF
-        self._entries: dict[tuple[int, str, int], tuple[int, deque[_Appended]]] = {}
+        self._expiration_s = expiration_ms / 1000
+        # (producer id, topic, partition) -> (epoch, recent batches, last append time)
+        self._entries: dict[tuple[int, str, int], tuple[int, deque[_Appended], float]] = {}
+        self._loaded: set[tuple[str, int]] = set()
+        self._next_purge = time.monotonic() + self._expiration_s
 
     def new_producer_id(self) -> int:
-        """A producer id not handed out before by this daemon (time-based start, so a
-        restarted daemon does not hand out its predecessor's ids again)."""
+        """A producer id not handed out before: above every id read back from the logs
+        and time-based at the start, so a restarted daemon does not hand out its
+        predecessor's ids again."""
         self._next_id += 1
         return self._next_id
+
+    def loaded(self, topic: str, partition: int) -> bool:
+        """Whether the partition's producers were read back from its log (``load``)."""
+        return (topic, partition) in self._loaded
+
+    def load(self, topic: str, partition: int, batches: list[AppendedBatch]) -> None:
+        """Take the partition's producers from its log's batches (``producer_entries``,
+        in log order), before any batch of it is checked."""
+        for b in batches:
+            identity = BatchIdentity(
+                b.producer_id, b.producer_epoch, b.first_sequence, b.last_sequence
+            )
+            self._remember(topic, partition, identity, b.base_offset)
+            self._next_id = max(self._next_id, b.producer_id)
+        self._loaded.add((topic, partition))
+
+    def forget(self, topic: str) -> None:
+        """Drop a deleted topic's producers (a topic created again starts empty)."""
+        for key in [k for k in self._entries if k[1] == topic]:
+            del self._entries[key]
+        self._loaded = {k for k in self._loaded if k[0] != topic}
 
     def check(self, topic: str, partition: int, batch: BatchIdentity) -> int | ErrorCode | None:
         """None: append; an offset: a duplicate, answer with it; an error code: refuse."""
@@ -92,7 +218,7 @@ class SequenceTable:
         entry = self._entries.get((batch.producer_id, topic, partition))
         if entry is None:
             return None
-        epoch, recent = entry
+        epoch, recent, _ = entry
         if batch.producer_epoch < epoch:
             return ErrorCode.invalid_producer_epoch
         if batch.producer_epoch > epoch:
@@ -112,12 +238,23 @@ class SequenceTable:
         """Remember an appended batch."""
         if batch.producer_id < 0:
             return
+        self._remember(topic, partition, batch, base_offset)
+        now = time.monotonic()
+        if now >= self._next_purge:
+            self._next_purge = now + self._expiration_s / 10
+            cutoff = now - self._expiration_s
+            for key in [k for k, e in self._entries.items() if e[2] < cutoff]:
+                del self._entries[key]
+
+    def _remember(self, topic: str, partition: int, batch: BatchIdentity, base_offset: int) -> None:
         key = (batch.producer_id, topic, partition)
         entry = self._entries.get(key)
         if entry is None or entry[0] != batch.producer_epoch:
-            entry = (batch.producer_epoch, deque(maxlen=_RECENT))
-            self._entries[key] = entry
-        entry[1].append(_Appended(batch.first_sequence, batch.last_sequence, base_offset))
+            recent: deque[_Appended] = deque(maxlen=_RECENT)
+        else:
+            recent = entry[1]
+        recent.append(_Appended(batch.first_sequence, batch.last_sequence, base_offset))
+        self._entries[key] = (batch.producer_epoch, recent, time.monotonic())
 
 
 async def handle_init_producer_id(broker: Broker, request: Request) -> Any:

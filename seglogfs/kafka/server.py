@@ -12,7 +12,11 @@ and as long for the rest of a frame it started (a client that stops inside a fra
 cannot hold its descriptor for ever). At most ``max.connections`` (default 256)
 connections are served at once: one more is closed as soon as it is accepted, with a
 WARNING at most once a minute, so that clients cannot take the descriptors the file
-system needs.
+system needs. The frames being read or served hold at most
+``queued.max.request.bytes`` (default 100 MiB; Kafka: unbounded) together: a
+connection whose next frame does not fit waits, its frame unread, until others are
+answered (a WARNING at most once a minute), so many clients cannot make the daemon
+hold ``max.connections`` x ``socket.request.max.bytes``.
 Connections are logged at INFO when they open and close, with their requests and
 bytes.
 """
@@ -31,6 +35,7 @@ import trio
 
 from storage import LogManager
 
+from ..byte_budget import ByteBudget
 from .broker import Broker, BrokerCounters
 from .codec import (
     FRAME_SIZE,
@@ -91,6 +96,7 @@ class _FrameReader:
 class _Listener:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self.budget = ByteBudget(broker.config.queued_bytes_bound, "kafka")
         # (api key, exception type) whose traceback was logged: once each, so a bug
         # every consumer's Fetch meets logs one traceback, then one line a request.
         self._logged: set[tuple[int, type[BaseException]]] = set()
@@ -160,49 +166,50 @@ class _Listener:
                     reason = f"a frame of {size} bytes (socket.request.max.bytes={limit})"
                     logger.warning("kafka: %s: closing the connection: %s", name, reason)
                     break
-                with trio.move_on_after(idle_s) as stalled:
-                    frame = await reader.exactly(size)
-                if stalled.cancelled_caught:
-                    reason = "silent inside a frame for connections.max.idle.ms"
-                    logger.warning("kafka: %s: closing the connection: %s", name, reason)
-                    break
-                try:
-                    request = decode_request(frame, supported)
-                except MalformedRequest as exc:
-                    reason = f"malformed request: {exc}"
-                    logger.warning(
-                        "kafka: %s: closing the connection: %s (frame starts %s)",
-                        name,
-                        reason,
-                        frame[:64].hex(),
-                    )
-                    break
-                request = dataclasses.replace(request, peer_host=peer_host)
-                if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug(
-                        "kafka: %s: %s v%d (correlation %d)",
-                        name,
-                        API_NAMES.get(request.api_key, f"key {request.api_key}"),
-                        request.api_version,
-                        request.correlation_id,
-                    )
-                counters = self.broker.counters  # None unless --metrics
-                started = perf_counter()
-                try:
-                    response = await respond(self.broker, request)
-                except Exception as exc:
-                    # A bug (here or in the engine): answer the request as Kafka's
-                    # KafkaApis.handleError does, with UNKNOWN_SERVER_ERROR, and go on.
-                    response = self._failed(name, request, exc)
-                    if response is None:
-                        raise
-                if counters is not None:
-                    api = API_NAMES.get(request.api_key, str(request.api_key))
-                    counters.kafka_request(api, perf_counter() - started)
-                requests += 1
-                if response is not None:
-                    await stream.send_all(response)
-                    bytes_out += len(response)
+                async with self.budget.hold(size):
+                    with trio.move_on_after(idle_s) as stalled:
+                        frame = await reader.exactly(size)
+                    if stalled.cancelled_caught:
+                        reason = "silent inside a frame for connections.max.idle.ms"
+                        logger.warning("kafka: %s: closing the connection: %s", name, reason)
+                        break
+                    try:
+                        request = decode_request(frame, supported)
+                    except MalformedRequest as exc:
+                        reason = f"malformed request: {exc}"
+                        logger.warning(
+                            "kafka: %s: closing the connection: %s (frame starts %s)",
+                            name,
+                            reason,
+                            frame[:64].hex(),
+                        )
+                        break
+                    request = dataclasses.replace(request, peer_host=peer_host)
+                    if logger.isEnabledFor(logging.DEBUG):
+                        logger.debug(
+                            "kafka: %s: %s v%d (correlation %d)",
+                            name,
+                            API_NAMES.get(request.api_key, f"key {request.api_key}"),
+                            request.api_version,
+                            request.correlation_id,
+                        )
+                    counters = self.broker.counters  # None unless --metrics
+                    started = perf_counter()
+                    try:
+                        response = await respond(self.broker, request)
+                    except Exception as exc:
+                        # A bug (here or in the engine): answer the request as Kafka's
+                        # KafkaApis.handleError does, with UNKNOWN_SERVER_ERROR, and go on.
+                        response = self._failed(name, request, exc)
+                        if response is None:
+                            raise
+                    if counters is not None:
+                        api = API_NAMES.get(request.api_key, str(request.api_key))
+                        counters.kafka_request(api, perf_counter() - started)
+                    requests += 1
+                    if response is not None:
+                        await stream.send_all(response)
+                        bytes_out += len(response)
         except _ConnectionClosed as exc:
             if exc.partial:
                 reason = "closed by the client inside a frame"

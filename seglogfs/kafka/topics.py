@@ -204,6 +204,9 @@ async def handle_delete_topics(broker: Broker, request: Request) -> Any:
     else:
         wanted = [(name, NIL_ID) for name in body.topic_names]
     results = await broker.run_sync(_delete_topics, broker.manager, wanted)
+    for result in results:
+        if result["error_code"] is ErrorCode.none:
+            broker.sequences.forget(result["name"])  # a topic created again starts empty
     return _response(request, responses=results)
 
 

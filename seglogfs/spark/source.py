@@ -63,6 +63,14 @@ class SeglogDataSource(DataSource):
         check_sink_schema(schema, topic)
         return log_dir, topic
 
+    def _auto_create(self) -> bool:
+        """The sink's ``auto.create.topics.enable`` (Kafka's broker default: true)."""
+        options = {k.lower(): v for k, v in self.options.items()}
+        raw = str(options.get("auto.create.topics.enable", "true")).strip().lower()
+        if raw not in ("true", "false"):
+            raise OptionError("auto.create.topics.enable", raw, "must be true or false")
+        return raw == "true"
+
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
             raise SinkError("a seglog topic is append-only: use mode('append')")
@@ -77,9 +85,9 @@ class SeglogDataSource(DataSource):
                 txn = (app_id, int(version))
             except ValueError:
                 raise OptionError("txnVersion", version, "must be an integer") from None
-        return SeglogBatchWriter(log_dir, topic, txn)
+        return SeglogBatchWriter(log_dir, topic, txn, self._auto_create())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         log_dir, topic = self._sink(schema)
         checkpoint = {k.lower(): v for k, v in self.options.items()}.get("checkpointlocation")
-        return SeglogStreamWriter(log_dir, topic, checkpoint)
+        return SeglogStreamWriter(log_dir, topic, checkpoint, self._auto_create())

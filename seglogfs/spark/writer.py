@@ -36,6 +36,12 @@ at the same path is a new query whose batch ids restart at 0, so its state start
 afresh. A batch write appends directly (no replay to guard against), unless it names
 a ``txnAppId`` and ``txnVersion``: it is then one batch of that sink, at most once.
 
+A topic the rows name that does not exist is created before the intent is recorded,
+with ``num.partitions`` and the default format (through the daemon when one owns the
+directory: its own), as a Kafka broker creates the topics its producers name
+(``auto.create.topics.enable``, Kafka's default true; the sink's option of that name
+set to false keeps the refusal).
+
 Through a daemon, the sink cannot ask for an fsync (the daemon flushes on its own
 schedule) and other producers may append between the sink's chunks; recovery then
 finds the sink's rows as the first run equal to them after the recorded offset.
@@ -52,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -81,10 +88,13 @@ from storage import (
     LogManager,
     StickyPartitioner,
     StorageError,
+    TopicExistsError,
     partition_for_key,
 )
 
 from .errors import SinkError
+
+logger = logging.getLogger(__name__)
 
 SPARK_DIR: Final = ".seglog-spark"
 """The sink's directory inside the log directory (a name Kafka never uses)."""
@@ -312,6 +322,47 @@ class _Target:
         view = self.view()
         return {name: view.topic(name).partitions for name in view.topics()}
 
+    def create_topic(self, name: str) -> None:
+        """Create the missing topic ``name`` with ``num.partitions`` (the daemon's when
+        one owns the directory) and the default format; no error when another writer
+        created it meanwhile.
+
+        Raises:
+            SinkError: the engine or the daemon refused (a bad name, too many
+                partitions, ...).
+        """
+        if self.manager is not None:
+            try:
+                partitions = self.manager.create_topic(name).partitions
+            except TopicExistsError:
+                return
+            except (StorageError, OSError) as exc:
+                raise SinkError(f"cannot create topic {name!r}: {exc}") from exc
+        else:
+            from seglogfs.control import ControlError, request
+
+            try:
+                result = request(
+                    self.log_dir,
+                    "create_topic",
+                    name=name,
+                    partitions=None,
+                    config=None,
+                    format=None,
+                    key_separator=None,
+                )
+            except ControlError as exc:
+                if exc.kind == "TopicExistsError":
+                    return
+                raise SinkError(f"the daemon refused to create topic {name!r}: {exc}") from exc
+            assert isinstance(result, dict)
+            partitions = int(result["partitions"])
+        logger.info(
+            "seglog sink: created topic %s with %d partitions (auto.create.topics.enable)",
+            name,
+            partitions,
+        )
+
     def append(self, tp: TopicPartition, rows: Sequence[Row]) -> None:
         """Append ``rows`` to ``tp`` in chunks of ``APPEND_CHUNK`` records.
 
@@ -458,14 +509,36 @@ def query_id(checkpoint: str) -> str | None:
     return found if isinstance(found, str) else None
 
 
+def staged_topics(files: Sequence[str]) -> set[str]:
+    """The topics the rows of ``files`` name.
+
+    Cost: one pass over the topic column (Arrow's ``unique`` per batch).
+    """
+    names: set[str] = set()
+    for path in files:
+        with pa.memory_map(path) as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                found = reader.get_batch(i).column(0).unique().to_pylist()
+                names.update(name for name in found if name is not None)
+    return names
+
+
 def commit_staged(
-    log_dir: Path, files: Sequence[str], *, state: SinkState | None, batch_id: int | None
+    log_dir: Path,
+    files: Sequence[str],
+    *,
+    state: SinkState | None,
+    batch_id: int | None,
+    auto_create: bool = True,
 ) -> int:
     """Append the rows of ``files`` (see the module docstring); return how many rows
-    were appended (0 for a replayed batch).
+    were appended (0 for a replayed batch). Missing topics are created first when
+    ``auto_create`` (``auto.create.topics.enable``).
 
     Raises:
-        SinkError: unknown topic or partition, locked directory, refused append.
+        SinkError: unknown topic (``auto_create`` false) or partition, a topic the
+            engine refuses to create, locked directory, refused append.
     """
     if state is not None and batch_id is not None and batch_id <= state.committed:
         return 0  # a replay of a batch whose rows are already in the log
@@ -481,6 +554,11 @@ def commit_staged(
                 for topic, partitions in pending["starts"].items()
                 for p, offset in partitions.items()
             }
+        missing = staged_topics(files) - counts.keys() if auto_create else set()
+        if missing:
+            for name in sorted(missing):
+                target.create_topic(name)
+            counts = target.partition_counts()
         grouped = group_staged(files, counts)
         view = target.view()
         if not resuming:
@@ -586,12 +664,14 @@ def commit_exactly_once(
     files: Sequence[str],
     batch_id: int,
     query: str | None = None,
+    *,
+    auto_create: bool = True,
 ) -> None:
     """Commit batch ``batch_id`` of the sink named ``key`` (of the query ``query`` when
     known) at most once, then drop every staged file of that sink (this batch's, a
     replay's, failed attempts')."""
     state = SinkState(Path(log_dir), key, query)
-    commit_staged(Path(log_dir), files, state=state, batch_id=batch_id)
+    commit_staged(Path(log_dir), files, state=state, batch_id=batch_id, auto_create=auto_create)
     staging.remove_others(keep=[])
 
 
@@ -613,10 +693,17 @@ class SeglogBatchWriter(DataSourceArrowWriter):
     to Python streaming sinks by Spark) writes to seglog.
     """
 
-    def __init__(self, log_dir: str, topic: str | None, txn: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        log_dir: str,
+        topic: str | None,
+        txn: tuple[str, int] | None = None,
+        auto_create: bool = True,
+    ) -> None:
         self.log_dir = log_dir
         self.topic = topic
         self.txn = txn
+        self.auto_create = auto_create
         self.staging = _Staging(log_dir, "batch" if txn is None else _sink_id(txn[0]))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
@@ -625,11 +712,22 @@ class SeglogBatchWriter(DataSourceArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         if self.txn is not None:
             commit_exactly_once(
-                self.log_dir, self.staging, self.txn[0], _files(messages), self.txn[1]
+                self.log_dir,
+                self.staging,
+                self.txn[0],
+                _files(messages),
+                self.txn[1],
+                auto_create=self.auto_create,
             )
             return
         try:
-            commit_staged(Path(self.log_dir), _files(messages), state=None, batch_id=None)
+            commit_staged(
+                Path(self.log_dir),
+                _files(messages),
+                state=None,
+                batch_id=None,
+                auto_create=self.auto_create,
+            )
         finally:
             shutil.rmtree(self.staging.directory, ignore_errors=True)
 
@@ -647,9 +745,12 @@ class SeglogStreamWriter(DataSourceStreamArrowWriter):
     Spark offers update mode to Python sinks only through ``foreachBatch`` (see
     ``SeglogBatchWriter``)."""
 
-    def __init__(self, log_dir: str, topic: str | None, checkpoint: str | None) -> None:
+    def __init__(
+        self, log_dir: str, topic: str | None, checkpoint: str | None, auto_create: bool = True
+    ) -> None:
         self.log_dir = log_dir
         self.topic = topic
+        self.auto_create = auto_create
         # Without a checkpoint location Spark uses a temporary one that no restart
         # reuses, so there is no replay to recognise: a fresh id per query.
         self.checkpoint = (
@@ -663,7 +764,13 @@ class SeglogStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         query = query_id(self.checkpoint)
         commit_exactly_once(
-            self.log_dir, self.staging, self.checkpoint, _files(messages), batchId, query
+            self.log_dir,
+            self.staging,
+            self.checkpoint,
+            _files(messages),
+            batchId,
+            query,
+            auto_create=self.auto_create,
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -677,6 +784,7 @@ def append_exactly_once(
     topic: str | None,
     app_id: str,
     version: int,
+    auto_create: bool = True,
 ) -> int:
     """Append the rows of ``table`` (Kafka-sink columns) once per (``app_id``,
     ``version``), from the calling process: what a batch write with ``txnAppId`` and
@@ -695,6 +803,8 @@ def append_exactly_once(
         raise SinkError("the sink needs a value column (binary or string)")
     staged = staging.stage(iter(table.to_batches()), topic)
     files = [staged.path] if staged.rows else []
-    appended = commit_staged(Path(log_dir), files, state=state, batch_id=version)
+    appended = commit_staged(
+        Path(log_dir), files, state=state, batch_id=version, auto_create=auto_create
+    )
     staging.remove_others(keep=[])
     return appended

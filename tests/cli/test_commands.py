@@ -107,7 +107,7 @@ USER_MISTAKES = [
     (["consume", "missing"], 1, "topic 'missing' does not exist"),
     (["consume", "t", "-p", "7"], 1, "partition t-7 does not exist"),
     (["consume", "t", "-o", "99"], 1, "offset 99 is out of range"),
-    (["produce", "missing"], 1, "topic 'missing' does not exist"),
+    (["produce", "bad/name"], 2, "invalid topic name 'bad/name'"),  # created when missing
     (["dump", "/no/such/00000000000000000000.log"], 1, "no such file"),
 ]
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import InvalidRequestError
+from kafka.errors import InvalidRequestError, KafkaTimeoutError
 
 from tests.cli.conftest import SCRIPT
 from tests.daemon.conftest import MountDir
@@ -236,3 +236,49 @@ def test_the_seeds_consumer_program_reads_what_echo_wrote(kafka_mount: KafkaMoun
     finally:
         consumer.close()
     assert values == ["alpha", "beta", "gamma"]
+
+
+def test_producer_to_a_missing_topic_creates_it(
+    tmp_path: Path, log_dir: Path, mount_dir: MountDir
+) -> None:
+    """auto.create.topics.enable (Kafka's default true): the producer's Metadata
+    request creates the topic with num.partitions in the mount's default format; a
+    consumer's Metadata request that does not allow creation leaves a topic missing;
+    with the setting false the producer never finds the topic."""
+    config = tmp_path / "server.properties"
+    config.write_text("num.partitions=3\n")
+    kafka = start_kafka_mount(mount_dir, log_dir, "--config", str(config))
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)
+    meta = producer.send("fresh", b"hello", partition=2).get(timeout=30)
+    producer.close()
+    assert (meta.partition, meta.offset) == (2, 0)
+    assert sorted(p.name for p in (kafka.mountpoint / "fresh").iterdir() if p.name.isdigit()) == [
+        "0",
+        "1",
+        "2",
+    ]
+    assert _cat(kafka.mountpoint / "fresh" / "2") == b"hello\n"
+    described = seglogfs("topics", "describe", "fresh", "-d", str(kafka.log_dir))
+    assert "PartitionCount: 3\t" in described, described
+    # kafka-python's consumer asks without allowing creation (allow.auto.create.topics
+    # false): its topic stays missing.
+    consumer = KafkaConsumer(
+        bootstrap_servers=kafka.bootstrap, allow_auto_create_topics=False, consumer_timeout_ms=1000
+    )
+    try:
+        assert not consumer.partitions_for_topic("absent")  # unknown: empty
+    finally:
+        consumer.close()
+    assert not (kafka.mountpoint / "absent").exists()
+    assert kafka.mount.stop() == 0
+
+    config.write_text("num.partitions=3\nauto.create.topics.enable=false\n")
+    kafka = start_kafka_mount(mount_dir, log_dir, "--config", str(config))
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap, max_block_ms=2000)
+    try:
+        with pytest.raises(KafkaTimeoutError):
+            producer.send("never", b"x").get(timeout=10)
+    finally:
+        producer.close(timeout=5)
+    assert not (kafka.mountpoint / "never").exists()
+    assert "never" not in seglogfs("topics", "list", "-d", str(kafka.log_dir)).split()

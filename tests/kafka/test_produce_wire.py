@@ -9,6 +9,7 @@ import struct
 import time
 from pathlib import Path
 
+import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
@@ -145,3 +146,104 @@ def test_unmount_with_a_fetch_waiting(log_dir: Path, mount_dir: MountDir) -> Non
         idle.close()
         waiting.close()
     assert mount.log().count("closed (the daemon is stopping)") == 2, mount.log()
+
+
+def _stored_batches(log_dir: Path, topic: str) -> list[tuple[int, int, int, int, bytes]]:
+    """(base offset, producer id, epoch, base sequence, bytes) of each batch stored in
+    partition 0's segment files."""
+    found = []
+    for segment in sorted((log_dir / f"{topic}-0").glob("*.log")):
+        data = segment.read_bytes()
+        position = 0
+        while position + 61 <= len(data):
+            base_offset, length = struct.unpack_from(">qi", data, position)
+            producer_id, epoch, sequence = struct.unpack_from(">qhi", data, position + 43)
+            size = 12 + length
+            found.append(
+                (base_offset, producer_id, epoch, sequence, data[position : position + size])
+            )
+            position += size
+    return found
+
+
+def test_idempotent_retry_after_a_restart_is_not_appended_twice(
+    log_dir: Path, mount_dir: MountDir
+) -> None:
+    """librdkafka's idempotent producer writes; the daemon restarts (its sequence table
+    gone from memory); the producer's last batch sent again is answered with the offset
+    it got before, not appended, because the table is read back from the log."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    mount = start_kafka_mount(mount_dir, log_dir)
+    (mount.mountpoint / "r").mkdir()
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": mount.bootstrap, "enable.idempotence": True, "linger.ms": 5}
+    )
+    for i in range(3):
+        for j in range(10):
+            producer.produce("r", value=f"v{i}-{j}".encode(), partition=0)
+        assert producer.flush(30) == 0  # three batches of ten
+    expected = b"".join(f"v{i}-{j}\n".encode() for i in range(3) for j in range(10))
+    assert (mount.mountpoint / "r" / "0").read_bytes() == expected
+    del producer  # librdkafka's handle is destroyed: no reconnecting to the old port
+    assert mount.mount.stop() == 0
+
+    batches = _stored_batches(log_dir, "r")
+    assert len(batches) >= 2
+    base_offset, producer_id, epoch, sequence, stored = batches[-1]
+    assert producer_id >= 0  # librdkafka's idempotent producer
+    assert epoch == 0
+    assert sequence > 0
+    count = struct.unpack_from(">i", stored, 57)[0]
+
+    mount = start_kafka_mount(mount_dir, log_dir)
+    client = RawClient(mount.port)
+    try:
+        # The last batch again, as the producer sends it when its response was lost.
+        assert _produce(client, "r", stored) == (0, base_offset)
+        # An earlier one too (within the last five).
+        earlier = batches[-2]
+        assert _produce(client, "r", earlier[4]) == (0, earlier[0])
+        # A gap after the last sequence is refused: the table knows where it stands.
+        gap = _batch([b"gap"], producer_id, sequence + count + 1)
+        assert _produce(client, "r", gap)[0] == ErrorCode.out_of_order_sequence_number.value
+        # The next sequence is appended at the log end.
+        following = _batch([b"next"], producer_id, sequence + count)
+        assert _produce(client, "r", following) == (0, 30)
+    finally:
+        client.close()
+    assert (mount.mountpoint / "r" / "0").read_bytes() == expected + b"next\n"
+    assert len(_stored_batches(log_dir, "r")) == len(batches) + 1
+
+
+def test_produce_creates_a_missing_topic(
+    tmp_path: Path, log_dir: Path, mount_dir: MountDir
+) -> None:
+    """A Produce naming a missing topic creates it with num.partitions (from --config)
+    when auto.create.topics.enable is true; with it false the topic stays missing."""
+    config = tmp_path / "server.properties"
+    config.write_text("num.partitions=2\n")
+    mount = start_kafka_mount(mount_dir, log_dir, "--config", str(config))
+    client = RawClient(mount.port)
+    try:
+        assert _produce(client, "made", _batch([b"one", b"two"])) == (0, 0)
+    finally:
+        client.close()
+    assert sorted(p.name for p in (mount.mountpoint / "made").iterdir() if p.name.isdigit()) == [
+        "0",
+        "1",
+    ]
+    assert (mount.mountpoint / "made" / "0").read_bytes() == b"one\ntwo\n"
+    assert "created topic made with 2 partitions (auto.create.topics.enable, Produce)" in (
+        mount.log()
+    )
+    assert mount.mount.stop() == 0
+
+    config.write_text("num.partitions=2\nauto.create.topics.enable=false\n")
+    mount = start_kafka_mount(mount_dir, log_dir, "--config", str(config))
+    client = RawClient(mount.port)
+    try:
+        code, _ = _produce(client, "other", _batch([b"x"]))
+        assert code == ErrorCode.unknown_topic_or_partition.value
+    finally:
+        client.close()
+    assert not (mount.mountpoint / "other").exists()

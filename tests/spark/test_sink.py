@@ -108,7 +108,7 @@ def test_sink_routes_by_topic_column_and_explains_mistakes(spark: Any, tmp_path:
     with pytest.raises(PySparkException, match="append-only"):
         write(df, mode="overwrite")
     with pytest.raises(PySparkException, match="topic 'nowhere' does not exist"):
-        write(df, topic="nowhere")
+        write(df, topic="nowhere", **{"auto.create.topics.enable": "false"})
     with pytest.raises(PySparkException, match="needs a value column"):
         write(spark.createDataFrame([("x",)], "key string"), topic="left")
     # Nothing was appended by the refused writes, and nothing is left staged.
