@@ -178,10 +178,9 @@ class LogManager:
         ``default_format`` is the format (``topic.FORMATS``) of topics found only as
         partition directories, which carry none of their own (a copy of a Kafka
         broker's), and of ``create_topic`` calls that name none. A writable open
-        records the found topics with it at once (when it is not ``lines``, which is
-        what an unrecorded topic always had): their position indexes are then kept in
-        it, and every later reader (a mount without the option, ``verify``) renders
-        them as they were measured.
+        records the found topics with it at once: their position indexes are then kept
+        in it, and every later reader or writer (a mount with another default,
+        ``verify``) renders them as they were measured.
 
         Raises:
             LogDirLockedError: another process writes this log directory.
@@ -236,8 +235,10 @@ class LogManager:
         )
         self._deleting = document.deleting
         found = self._topics.keys() - document.topics.keys()
-        if not self.read_only and self.default_format != "lines" and found:
-            # Found topics take the default now and keep it (see ``open``).
+        if not self.read_only and found:
+            # Found topics take the default now and keep it (see ``open``): also
+            # ``lines``, or a later open with another default would render them
+            # otherwise than their position indexes were measured.
             self._commit_topics(self._topics, self._deleting)
         for metadata in self._topics.values():
             config = self.topic_config(metadata.name)

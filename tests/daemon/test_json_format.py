@@ -343,3 +343,27 @@ def test_default_format_from_the_config_file_and_for_a_writable_mount(
     assert bad.returncode == 2, bad.stderr
     assert "seglog.default.format='yaml': must be one of lines, raw, json" in bad.stderr
     assert not os.path.ismount(empty)
+
+
+def test_a_copy_opened_writable_as_lines_stays_lines_under_a_json_default(
+    tmp_path: Path,
+) -> None:
+    # A writable open counts the found topics' positions in its default format: it must
+    # record that format, lines included, or a later open with default json renders
+    # them as json over position indexes counted in lines (positions and st_size wrong,
+    # nothing noticed).
+    from seglogfs.daemon.position_reader import PositionReader
+    from seglogfs.positions import Rendering, position_index_spec
+
+    log_dir = tmp_path / "kafka-logs"
+    build_broker_dir(log_dir)
+    with LogManager.open(log_dir, extension=position_index_spec) as manager:
+        assert manager.topic("legacy").format == "lines"
+        assert list((log_dir / "legacy-0").glob("*.seglogpos"))  # counted in lines
+    with LogManager.open(log_dir, extension=position_index_spec, default_format="json") as again:
+        metadata = again.topic("legacy")
+        assert metadata.format == "lines"
+        log = again.log("legacy", 0)
+        body = bytes(PositionReader().read(log, Rendering.of(metadata, 0), 0, 1 << 30))
+        assert len(body) == log.extension_end - log.extension_start
+        assert body.startswith(b"v0 plain a\n")
