@@ -4,6 +4,7 @@ must move by exactly what was done."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -236,10 +237,13 @@ def answer(sock: socket.socket) -> bytes:
 
 
 def sockets_of(pid: int) -> int:
-    return sum(
-        os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
-        for fd in os.listdir(f"/proc/{pid}/fd")
-    )
+    """The sockets ``pid`` holds open now (a descriptor closed between the listing and
+    its readlink is not counted)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+    return count
 
 
 def threads_of(pid: int) -> int:
@@ -261,16 +265,25 @@ def test_connections_over_max_are_refused_and_the_mount_goes_on(
         tmp_path, mount_dir, "seglog.metrics.max.connections=3", f"{metrics.IDLE_KEY}=60000"
     )
     sockets, threads = sockets_of(proc.pid), threads_of(proc.pid)
-    silent = [connect(port) for _ in range(3)]
+    with contextlib.ExitStack() as held:
+        silent = [held.enter_context(connect(port)) for _ in range(3)]
+        _over_max(port, proc.pid, mnt, sockets, threads, silent)
+
+
+def _over_max(
+    port: int, pid: int, mnt: Path, sockets: int, threads: int, silent: list[socket.socket]
+) -> None:
+    # The test's body; the caller closes the silent connections whatever happens here
+    # (a socket left open would fail a later test with a ResourceWarning).
     try:
-        wait_for(lambda: sockets_of(proc.pid), sockets + 3)
+        wait_for(lambda: sockets_of(pid), sockets + 3)
         # 100 more: each refused at accept with a 503, none kept.
         for _ in range(100):
             with connect(port) as extra:
                 assert answer(extra).startswith(b"HTTP/1.1 503 ")
-        assert sockets_of(proc.pid) == sockets + 3
+        assert sockets_of(pid) == sockets + 3
         # One server thread whatever the clients (trio's idle worker threads may exit).
-        assert threads_of(proc.pid) <= threads
+        assert threads_of(pid) <= threads
         # The mount does not notice.
         (mnt / "t").mkdir()
         shell(f"echo one >> {mnt}/t/0")
@@ -280,13 +293,11 @@ def test_connections_over_max_are_refused_and_the_mount_goes_on(
     finally:
         silent.pop().close()
     # A slot is free again: the next scrape is served, and says what was refused.
-    wait_for(lambda: sockets_of(proc.pid), sockets + 2)
+    wait_for(lambda: sockets_of(pid), sockets + 2)
     samples = scrape(port)
     closed = "seglogfs_metrics_connections_closed_total"
     assert value(samples, closed, reason="max_connections") == 101
     assert value(samples, "seglogfs_metrics_connections") == 3  # two silent, this scrape
-    for sock in silent:
-        sock.close()
 
 
 def test_a_client_that_trickles_is_closed_at_its_deadline(
