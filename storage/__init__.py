@@ -71,6 +71,7 @@ from .group.offsets_topic import OFFSETS_TOPIC, GroupConfig, java_string_hash, p
 from .log.cleaner import CleanerStats, CleaningStep
 from .log.cleaner_manager import CleanSummary, LogCleanResult
 from .log.extension_index import ExtensionIndexSpec
+from .log.fetch_data import FetchData, FileRegion
 from .log.log import AppendInfo, Log
 from .log.log_config import BrokerConfig, CleanerConfig, LogConfig
 from .log.log_manager import LogManager, PartitionDescription, TopicDescription
@@ -113,6 +114,8 @@ __all__ = [
     "CorruptRecordError",
     "DefaultRecordBatch",
     "ExtensionIndexSpec",
+    "FetchData",
+    "FileRegion",
     "GroupConfig",
     "GroupDescription",
     "GroupError",

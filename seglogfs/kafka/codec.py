@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import io
+import os
 import struct
 import typing
 import uuid
@@ -30,11 +30,14 @@ from kio.schema.errors import ErrorCode
 from kio.schema.response_header.v1.header import ResponseHeader as FlexibleResponseHeader
 from kio.serial import entity_reader, entity_writer
 
+from storage import FetchData, FileRegion
+
 __all__ = [
     "FRAME_SIZE",
     "ErrorCode",
     "MalformedRequest",
     "Request",
+    "ResponseFrame",
     "build",
     "decode_request",
     "encode_response",
@@ -120,17 +123,86 @@ def decode_request(frame: bytes, supported: typing.Callable[[int, int], bool]) -
     return Request(api_key, api_version, correlation_id, header.client_id, body)
 
 
-def encode_response(correlation_id: int, response: Any) -> bytes:
-    """The frame of a response (size prefix, header, body)."""
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")  # the size, patched below
+class ResponseFrame:
+    """A response's frame (size prefix, header, body) as the parts to send in order:
+    encoded bytes, and the ``FileRegion``s of stored records (a Fetch's ``FetchData``,
+    sent from their files: see ``send``). Close it once sent, or not sent: it owns the
+    regions' descriptors."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list[bytes | FileRegion]) -> None:
+        self.parts = parts
+        self.size = sum(len(p) if isinstance(p, bytes) else p.size for p in parts)
+
+    @classmethod
+    def of(cls, data: bytes) -> ResponseFrame:
+        """A frame already encoded whole."""
+        return cls([data])
+
+    def to_bytes(self) -> bytes:
+        """The whole frame, regions read now (tests)."""
+        return b"".join(
+            p if isinstance(p, bytes) else os.pread(p.fd, p.size, p.position) for p in self.parts
+        )
+
+    def close(self) -> None:
+        for part in self.parts:
+            if isinstance(part, FileRegion):
+                part.close()
+
+
+class _FrameWriter:
+    """kio's output stream for a frame: bytes are gathered; a ``FetchData`` (kio
+    wrote its length already) becomes its parts, its regions not read."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | FileRegion] = []
+        self._pending = bytearray()
+
+    def write(self, data: bytes | FetchData) -> int:
+        if isinstance(data, FetchData):
+            for part in data.parts:
+                if isinstance(part, FileRegion):
+                    self._end_bytes()
+                    self.parts.append(part)
+                else:
+                    self._pending += part
+            data.parts = []  # the frame owns the regions now
+            return data.size
+        self._pending += data
+        return len(data)
+
+    def _end_bytes(self) -> None:
+        if self._pending:
+            self.parts.append(bytes(self._pending))
+            self._pending = bytearray()
+
+    def frame(self) -> ResponseFrame:
+        """The frame, its size prefix (the first 4 bytes written) set."""
+        if not self.parts:  # all bytes: set the size in place, no copy
+            FRAME_SIZE.pack_into(self._pending, 0, len(self._pending) - FRAME_SIZE.size)
+        self._end_bytes()
+        frame = ResponseFrame(self.parts)
+        first = frame.parts[0]
+        assert isinstance(first, bytes)
+        if len(frame.parts) > 1:  # the first part is the header: small
+            size = FRAME_SIZE.pack(frame.size - FRAME_SIZE.size)
+            frame.parts[0] = size + first[FRAME_SIZE.size :]
+        return frame
+
+
+def encode_response(correlation_id: int, response: Any) -> ResponseFrame:
+    """The frame of a response (size prefix, header, body). A records field holding
+    a ``FetchData`` is not copied: its regions become parts of the frame."""
+    out = _FrameWriter()
+    out.write(b"\0\0\0\0")  # the size, set once the frame is whole
     out.write(struct.pack(">i", correlation_id))
     if type(response).__header_schema__ is FlexibleResponseHeader:
         out.write(b"\0")  # no tagged fields in the header
-    entity_writer(type(response))(out, response)
-    data = out.getbuffer()
-    FRAME_SIZE.pack_into(data, 0, len(data) - FRAME_SIZE.size)
-    return bytes(data)
+    # kio asks for a binary stream; it calls only ``write``.
+    entity_writer(type(response))(typing.cast(typing.IO[bytes], out), response)
+    return out.frame()
 
 
 def error_response(api_key: int, api_version: int, code: ErrorCode) -> Any | None:

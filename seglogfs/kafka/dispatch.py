@@ -15,7 +15,14 @@ from typing import Any, Final
 
 from .api_versions import api_versions_response, handle_api_versions
 from .broker import Broker
-from .codec import API_VERSIONS_KEY, ErrorCode, Request, encode_response, error_response
+from .codec import (
+    API_VERSIONS_KEY,
+    ErrorCode,
+    Request,
+    ResponseFrame,
+    encode_response,
+    error_response,
+)
 from .configs import (
     handle_alter_configs,
     handle_describe_configs,
@@ -74,7 +81,7 @@ HANDLERS: Final[dict[int, Handler]] = {
 assert HANDLERS.keys() == SUPPORTED.keys()
 
 
-async def respond(broker: Broker, request: Request) -> bytes | None:
+async def respond(broker: Broker, request: Request) -> ResponseFrame | None:
     """The response frame of ``request``; None when none is sent (Produce, acks=0)."""
     if request.body is None:
         return unsupported(request)
@@ -84,7 +91,7 @@ async def respond(broker: Broker, request: Request) -> bytes | None:
     return encode_response(request.correlation_id, response)
 
 
-def unsupported(request: Request) -> bytes:
+def unsupported(request: Request) -> ResponseFrame:
     """``UNSUPPORTED_VERSION`` for a key or version this broker does not answer."""
     code = ErrorCode.unsupported_version
     if request.api_key == API_VERSIONS_KEY:
@@ -94,4 +101,4 @@ def unsupported(request: Request) -> bytes:
         return encode_response(request.correlation_id, response)
     # No schema anywhere: the v0 response header and the error code.
     body = struct.pack(">ih", request.correlation_id, code.value)
-    return struct.pack(">i", len(body)) + body
+    return ResponseFrame.of(struct.pack(">i", len(body)) + body)

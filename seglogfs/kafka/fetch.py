@@ -9,7 +9,9 @@ and always the first batch of the response even when it alone is larger (KIP-74)
 a consumer never stalls on a large batch. Legacy v0/v1 message sets (a broker's copied
 directory) are served as stored. Each batch's CRC is checked as the engine reads it:
 a damaged batch is never served (the batches before it are; then
-``CORRUPT_MESSAGE``).
+``CORRUPT_MESSAGE``). The bytes are sent as they lie in the segment files, with
+``os.sendfile`` (``Log.fetch``, ``send``): the daemon checks them but never copies
+runs of 64 KiB or more, and holds no response in memory.
 
 ``min_bytes`` and ``max_wait_ms``: a response with fewer bytes than ``min_bytes``
 waits for appends until ``max_wait_ms`` (woken by Produce requests at once, and by
@@ -20,16 +22,16 @@ accept.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
 from storage import (
     CorruptRecordError,
+    FetchData,
     LogManager,
     OffsetOutOfRangeError,
-    SegmentDeletedError,
     StorageError,
 )
 
@@ -54,7 +56,7 @@ class _Answer:
     code: ErrorCode
     high_watermark: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    records: FetchData = field(default_factory=FetchData)
 
 
 async def handle_fetch(broker: Broker, request: Request) -> Any:
@@ -75,45 +77,62 @@ async def handle_fetch(broker: Broker, request: Request) -> Any:
         errors = any(a.code is not ErrorCode.none for a in answers)
         if size >= max(1, body.min_bytes) or errors or trio.current_time() >= deadline:
             break
+        _close(answers)
         await broker.appends.wait(deadline)
-    counters = broker.counters  # None unless the daemon serves metrics
-    if counters is not None:
+    try:
+        counters = broker.counters  # None unless the daemon serves metrics
+        if counters is not None:
+            for a in answers:
+                if a.records:
+                    counters.fetched(a.topic, len(a.records))
+        cls = response_class(1, request.api_version)
+        assert cls is not None
+        by_topic: dict[str, list[dict[str, Any]]] = {}
         for a in answers:
-            if a.records:
-                counters.fetched(a.topic, len(a.records))
-    cls = response_class(1, request.api_version)
-    assert cls is not None
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for a in answers:
-        by_topic.setdefault(a.topic, []).append(
-            {
-                "partition_index": a.partition,
-                "error_code": a.code,
-                "high_watermark": a.high_watermark,
-                "last_stable_offset": a.high_watermark,
-                "log_start_offset": a.log_start_offset,
-                "aborted_transactions": [],
-                "preferred_read_replica": -1,
-                "records": a.records,
-            }
+            by_topic.setdefault(a.topic, []).append(
+                {
+                    "partition_index": a.partition,
+                    "error_code": a.code,
+                    "high_watermark": a.high_watermark,
+                    "last_stable_offset": a.high_watermark,
+                    "log_start_offset": a.log_start_offset,
+                    "aborted_transactions": [],
+                    "preferred_read_replica": -1,
+                    # Encoded without a copy: the frame sends its regions from the
+                    # segment files (``send``), and closes them.
+                    "records": a.records,
+                }
+            )
+        return build(
+            cls,
+            throttle_time=0,
+            error_code=ErrorCode.none,
+            session_id=0,
+            responses=[{"topic": t, "partitions": parts} for t, parts in by_topic.items()],
         )
-    return build(
-        cls,
-        throttle_time=0,
-        error_code=ErrorCode.none,
-        session_id=0,
-        responses=[{"topic": t, "partitions": parts} for t, parts in by_topic.items()],
-    )
+    except BaseException:
+        _close(answers)
+        raise
+
+
+def _close(answers: list[_Answer]) -> None:
+    for a in answers:
+        a.records.close()
 
 
 def _read(manager: LogManager, wanted: list[_Wanted], max_bytes: int) -> list[_Answer]:
     """Every partition's batches (blocking: a worker thread)."""
     answers: list[_Answer] = []
     budget = max_bytes
-    for w in wanted:
-        answer = _read_partition(manager, w, budget, first=not any(a.records for a in answers))
-        budget -= len(answer.records)
-        answers.append(answer)
+    try:
+        for w in wanted:
+            first = not any(a.records for a in answers)
+            answer = _read_partition(manager, w, budget, first=first)
+            budget -= len(answer.records)
+            answers.append(answer)
+    except BaseException:
+        _close(answers)
+        raise
     return answers
 
 
@@ -129,24 +148,12 @@ def _read_partition(manager: LogManager, w: _Wanted, budget: int, *, first: bool
         return answer
     if w.offset == end:
         return answer
-    limit = min(w.max_bytes, budget)
-    parts: list[bytes] = []
-    size = 0
     try:
-        for batch in log.batches(w.offset):
-            # The response's first batch goes whole even when over the limit (KIP-74).
-            if (parts or not first) and size + batch.size > limit:
-                break
-            parts.append(batch.to_bytes())
-            size += batch.size
-            if size >= limit:
-                break
-    except (OffsetOutOfRangeError, SegmentDeletedError):
-        if not parts:  # retention moved the start past the offset meanwhile
-            answer.code = ErrorCode.offset_out_of_range
-            answer.log_start_offset = log.log_start_offset
+        # The response's first batch goes whole even when over the limit (KIP-74).
+        answer.records = log.fetch(w.offset, min(w.max_bytes, budget), min_one_batch=first)
+    except OffsetOutOfRangeError:  # retention moved the start past the offset meanwhile
+        answer.code = ErrorCode.offset_out_of_range
+        answer.log_start_offset = log.log_start_offset
     except CorruptRecordError:
-        if not parts:
-            answer.code = ErrorCode.corrupt_message
-    answer.records = b"".join(parts)
+        answer.code = ErrorCode.corrupt_message
     return answer

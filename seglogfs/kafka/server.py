@@ -42,12 +42,14 @@ from .codec import (
     ErrorCode,
     MalformedRequest,
     Request,
+    ResponseFrame,
     decode_request,
     encode_response,
     error_response,
 )
 from .config import KafkaConfig
 from .dispatch import respond
+from .send import send_frame
 from .versions import API_NAMES, supported
 
 __all__ = ["CONNECTIONS_MAX_IDLE_S", "serve"]
@@ -104,7 +106,7 @@ class _Listener:
         self._refused = 0  # refused since the last WARNING
         self._refused_logged_at = -math.inf
 
-    def _failed(self, name: str, request: Request, exc: Exception) -> bytes | None:
+    def _failed(self, name: str, request: Request, exc: Exception) -> ResponseFrame | None:
         """The UNKNOWN_SERVER_ERROR response to a request whose handler raised ``exc``
         (None when no schema can carry it: the connection is then closed)."""
         api = API_NAMES.get(request.api_key, f"key {request.api_key}")
@@ -208,8 +210,11 @@ class _Listener:
                         counters.kafka_request(api, perf_counter() - started)
                     requests += 1
                     if response is not None:
-                        await stream.send_all(response)
-                        bytes_out += len(response)
+                        try:
+                            await send_frame(stream, response)
+                        finally:
+                            response.close()
+                        bytes_out += response.size
         except _ConnectionClosed as exc:
             if exc.partial:
                 reason = "closed by the client inside a frame"

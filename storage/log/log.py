@@ -36,7 +36,7 @@ import random
 import shutil
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -73,6 +73,7 @@ from .checkpoint import write_extension_start_checkpoint
 from .cleaner import CleanedGroup, Cleaner, CleanerStats, CleaningStep, StepHook
 from .cleaner_manager import cleanable_offsets
 from .extension_index import ExtensionIndexSpec
+from .fetch_data import REGION_MIN_BYTES, FetchData, FileRegion
 from .file_names import (
     CLEANED_FILE_SUFFIX,
     DELETED_FILE_SUFFIX,
@@ -135,7 +136,9 @@ def _misplaced(
     return None
 
 
-def _framed(scan: Iterator[RecordBatch]) -> Iterator[RecordBatch | CorruptRecordError]:
+def _framed(
+    scan: Iterator[RecordBatch],
+) -> Generator[RecordBatch | CorruptRecordError, None, None]:
     """The batches of ``scan``, then the ``CorruptRecordError`` that ended it, if any:
     a read that looks one batch ahead keeps the error for when it gets there."""
     try:
@@ -769,6 +772,16 @@ class Log:
                 next while it ran (reposition at ``log_start_offset``).
             CorruptRecordError: damage, as above (never served).
         """
+        for _segment, batch in self._located_batches(start_offset, check_crc, on_corrupt):
+            yield batch
+
+    def _located_batches(
+        self,
+        start_offset: int,
+        check_crc: bool = True,
+        on_corrupt: CorruptRangeHandler | None = None,
+    ) -> Generator[tuple[LogSegment, RecordBatch], None, None]:
+        """``batches``, each with the segment it lies in."""
         self._check_offset(start_offset)
         offset = start_offset
         segment = self.segments.floor_segment(offset)
@@ -789,6 +802,7 @@ class Log:
             limit = segment.base_offset + _RELATIVE_OFFSETS
             if following is not None:
                 limit = min(limit, following.base_offset)
+            items: Generator[RecordBatch | CorruptRecordError, None, None] | None = None
             try:
                 items = _framed(segment.batches_from(offset, tail=tail))
                 # The item after a batch after a gap, read ahead to judge that batch.
@@ -858,7 +872,7 @@ class Log:
                         error_offset = offset
                         resume_at = max(offset, min(batch.next_offset, limit))
                     else:
-                        yield batch
+                        yield segment, batch
                         offset = batch.next_offset
                         first_batch = after_damage = False
                         continue
@@ -872,6 +886,12 @@ class Log:
                     on_corrupt(error, offset)
             except SegmentDeletedError:
                 raise self._deleted(segment, offset) from None
+            finally:
+                # Its descriptor now: an error raised here holds this frame in a
+                # reference cycle (error -> traceback -> frame -> error) that only the
+                # garbage collector would break, and the scan with it.
+                if items is not None:
+                    items.close()
             following = self.segments.higher_segment(segment.base_offset)
             if following is None:
                 return
@@ -882,6 +902,78 @@ class Log:
             offset = max(offset, following.base_offset)
             segment = following
             first_batch = False
+
+    def fetch(self, start_offset: int, max_bytes: int, *, min_one_batch: bool = True) -> FetchData:
+        """The stored batches from the one holding ``start_offset`` (which may start
+        before it), whole, up to ``max_bytes`` in all, as they lie in their files, for a
+        Kafka Fetch to send as stored (see ``fetch_data``). With ``min_one_batch`` the
+        first batch comes even when it alone is larger (Kafka's ``minOneMessage``,
+        KIP-74: a consumer never stalls on a large batch). Every batch is checked as
+        ``batches`` checks it; damage or a deletion met after some batches ends the
+        fetch before it (the next fetch, starting there, raises). Close the result.
+
+        Cost: as ``batches`` over the bytes returned, plus one descriptor duplicated per
+        run of ``REGION_MIN_BYTES`` or more (a run: batches back to back in one file).
+
+        Raises:
+            OffsetOutOfRangeError: ``start_offset`` outside [log start, log end].
+            SegmentDeletedError: retention deleted the first batch meanwhile.
+            CorruptRecordError: the first batch is damaged (never served).
+        """
+        data = FetchData()
+        run_segment: LogSegment | None = None
+        run_start = run_end = -1
+        run_copies: list[bytes] = []  # the current run, until it is long enough
+        region: FileRegion | None = None  # the current run, once it is
+        may_open = True  # False once out of descriptors: copy the rest
+
+        def end_run() -> None:
+            nonlocal region, run_copies
+            if region is not None:
+                data.parts.append(region)
+            elif run_copies:
+                data.parts.append(b"".join(run_copies))
+            region, run_copies = None, []
+
+        try:
+            with contextlib.closing(self._located_batches(start_offset)) as located:
+                for segment, batch in located:
+                    if (data.size or not min_one_batch) and data.size + batch.size > max_bytes:
+                        break
+                    if segment is not run_segment or batch.position != run_end:
+                        end_run()
+                        run_segment, run_start = segment, batch.position
+                    run_end = batch.position + batch.size
+                    data.size += batch.size
+                    if region is not None:
+                        region.size += batch.size
+                    else:
+                        run_copies.append(batch.to_bytes())
+                        run_size = run_end - run_start
+                        if may_open and batch.position >= 0 and run_size >= REGION_MIN_BYTES:
+                            try:
+                                fd = segment.log.open_reader()
+                            except (OSError, SegmentDeletedError):
+                                # Out of descriptors, or the file went since the scan
+                                # read it: the copies are what was checked; keep copying.
+                                may_open = False
+                            else:
+                                region = FileRegion(fd, run_start, run_size, segment.path)
+                                run_copies = []
+                    if data.size >= max_bytes:
+                        break
+        except (OffsetOutOfRangeError, CorruptRecordError):
+            # SegmentDeletedError is an OffsetOutOfRangeError.
+            if not data.size:
+                data.close()
+                raise
+        except BaseException:
+            data.close()
+            if region is not None:
+                region.close()
+            raise
+        end_run()
+        return data
 
     def _active_end(self, limit: int) -> int:
         """The offsets the active segment holds end below this: the log end offset,

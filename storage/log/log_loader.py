@@ -999,7 +999,7 @@ def _replaced_segments(directory: Path, segments: LogSegments, on_disk: set[int]
             continue  # renamed away: dropped as retention's are
         # FileRecords keeps the (device, inode) it opened, to refuse a reopen of
         # another file by the same name; the same test tells a swap here.
-        if (stat.st_dev, stat.st_ino) != segment.log._identity:
+        if (stat.st_dev, stat.st_ino) != segment.log.identity:
             replaced.append(segment.base_offset)
     for segment in segments.remove_all(replaced):
         segment.close_handlers()

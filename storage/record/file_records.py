@@ -239,6 +239,24 @@ class FileRecords:
         """
         return self._with_fd(os.dup)
 
+    def open_reader(self) -> int:
+        """A descriptor of its own on this file, for a read that outlives the call (a
+        Kafka Fetch sends the bytes after the engine chose them); the caller closes it.
+        It keeps reading these bytes when retention deletes the file or compaction
+        replaces it meanwhile (an unlinked file lives while a descriptor is open).
+
+        Raises:
+            SegmentDeletedError: the file was closed (deleted by retention), or is gone.
+            OSError: out of descriptors (``EMFILE``), even after the owner shed some.
+        """
+        return self._reader_fd()
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        """``(st_dev, st_ino)`` of the file opened: another file under the same name
+        (a segment compaction replaced) has another."""
+        return self._identity
+
     def _writer_fd(self) -> int:
         """The descriptor itself, for the writer (which keeps it from being released)."""
         fd = self._fd

@@ -120,8 +120,10 @@ async def test_each_version_answers_in_its_schema(
 ) -> None:
     broker = Broker(manager, _run_sync, KafkaConfig(port=0), "127.0.0.1", 9092)
     body = build(load_request_schema(api_key, version), **_BODIES[api_key])
-    frame = await respond(broker, Request(api_key, version, 42, "test", body, "127.0.0.1"))
-    assert frame is not None
+    sent = await respond(broker, Request(api_key, version, 42, "test", body, "127.0.0.1"))
+    assert sent is not None
+    frame = sent.to_bytes()
+    sent.close()
     (size, correlation) = struct.unpack_from(">ii", frame)
     assert (size, correlation) == (len(frame) - 4, 42)
     cls: Any = load_response_schema(api_key, version)
@@ -188,8 +190,9 @@ async def test_describe_configs_names_each_source(tmp_path: Path) -> None:
             load_request_schema(32, 4),
             resources=[{"resource_type": 2, "resource_name": "c", "configuration_keys": None}],
         )
-        frame = await respond(broker, Request(32, 4, 1, "test", body, "127.0.0.1"))
-    assert frame is not None
+        sent = await respond(broker, Request(32, 4, 1, "test", body, "127.0.0.1"))
+    assert sent is not None
+    frame = sent.to_bytes()
     cls: Any = load_response_schema(32, 4)
     response, _ = entity_reader(cls)(frame, 9)
     (result,) = response.results

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 import time
@@ -14,6 +15,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from seglogfs.kafka.codec import build
+from storage import LogManager
 from tests.daemon.conftest import MountDir
 from tests.kafka.conftest import KafkaMount, RawClient, needs_fuse, start_kafka_mount
 
@@ -191,6 +193,49 @@ def test_fetch_returns_whole_stored_batches_within_max_bytes(kafka_mount: KafkaM
         # From offset 1: the batches from the one holding it.
         records, _ = _fetch(client, "b", 1, wait_ms=0, min_bytes=0)
         assert records == stored[first_size:]
+    finally:
+        client.close()
+
+
+def _high_water_rss(pid: int) -> int:
+    """The process's peak resident memory, in bytes (``VmHWM``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_large_fetch_is_sent_from_the_segment_files(log_dir: Path, mount_dir: MountDir) -> None:
+    """40 MB of stored batches over three segments in one response: the bytes are the
+    files', and the daemon neither holds them in memory (its peak RSS grows by far less
+    than the response: the copies it made before grew it by three times the response)
+    nor keeps a descriptor after the send."""
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic("big", 1, {"segment.bytes": str(16 << 20)})
+        log = manager.log("big", 0)
+        value = b"x" * 100
+        while log.size < 40 << 20:
+            log.append([value] * 2000)
+        files = [s.path for s in log.segments.values()]
+    stored = b"".join(f.read_bytes() for f in files)
+    assert len(files) == 3
+    mount = start_kafka_mount(mount_dir, log_dir)
+    assert mount.mount.proc is not None
+    pid = mount.mount.proc.pid
+    client = RawClient(mount.port)
+    try:
+        _fetch(client, "big", 0, wait_ms=0, min_bytes=0, partition_max=1000)  # warm up
+        descriptors = len(os.listdir(f"/proc/{pid}/fd"))
+        peak = _high_water_rss(pid)
+        records, high = _fetch(client, "big", 0, wait_ms=0, min_bytes=0, partition_max=50 << 20)
+        assert high == log.log_end_offset
+        assert records == stored
+        growth = _high_water_rss(pid) - peak
+        assert growth < len(stored) // 4, f"peak RSS grew by {growth} bytes"
+        deadline = time.monotonic() + 10
+        while len(os.listdir(f"/proc/{pid}/fd")) > descriptors:
+            assert time.monotonic() < deadline, "descriptors left open after the send"
+            time.sleep(0.05)
     finally:
         client.close()
 
