@@ -10,11 +10,12 @@ turns each into one line on stderr and its exit code, by the rules in
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import select
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from storage import BrokerConfig, ConfigError, LogManager
 
@@ -32,6 +33,7 @@ __all__ = [
     "Parser",
     "UsageError",
     "broker_config_of",
+    "daemon_command",
     "existing_log_dir",
     "log_dir_of",
     "open_read_only",
@@ -205,3 +207,22 @@ def silence_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
+
+
+def daemon_command(
+    module_name: str, command: str, description: str, argv: list[str]
+) -> tuple[Any, argparse.Namespace]:
+    """A daemon's module and its parsed arguments. The module parses its own options
+    and is imported only for its command: it loads trio (and pyfuse3 or kio), which
+    the other commands do not need.
+
+    Raises:
+        CommandError: the module cannot be imported (a dependency is missing).
+    """
+    try:
+        module: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CommandError(f"{command} is not available: {exc}") from None
+    parser = Parser(prog=f"{PROG} {command}", description=description)
+    module.add_arguments(parser)
+    return module, parser.parse_args(argv)

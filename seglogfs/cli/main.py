@@ -1,6 +1,7 @@
 """``seglogfs``: the command line.
 
-Commands: ``mount`` (the FUSE daemon, ``seglogfs.daemon``), ``topics create|list|
+Commands: ``mount`` (the FUSE daemon, ``seglogfs.daemon``), ``serve-kafka`` (the
+Kafka listener without a mount), ``topics create|list|
 describe|alter|delete`` (like ``kafka-topics.sh``), ``produce`` (the console producer),
 ``consume`` (like ``kcat -C``), ``dump`` (Kafka's ``kafka-dump-log.sh``), ``verify``,
 ``delete-records``, ``compact`` (the log cleaner, now) and ``groups list|describe|
@@ -34,7 +35,18 @@ from storage import ConfigError, InvalidTopicError, StorageError
 from .. import __version__, control
 from ..open_files_limit import raise_open_files_limit
 from ..setup_check import SetupError
-from . import compact, consume, delete_records, dump, groups, mount, produce, topics, verify
+from . import (
+    compact,
+    consume,
+    delete_records,
+    dump,
+    groups,
+    mount,
+    produce,
+    serve_kafka,
+    topics,
+    verify,
+)
 from .common import (
     EXIT_ERROR,
     EXIT_OK,
@@ -68,7 +80,18 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
 
-    families = (mount, topics, produce, consume, dump, verify, delete_records, compact, groups)
+    families = (
+        mount,
+        serve_kafka,
+        topics,
+        produce,
+        consume,
+        dump,
+        verify,
+        delete_records,
+        compact,
+        groups,
+    )
     for family in families:
         family.add_parser(commands, shared)
     return parser
@@ -100,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if arguments and arguments[0] == "mount":
             prog = f"{PROG} mount"
             return mount.run_mount(arguments[1:])
+        if arguments and arguments[0] == "serve-kafka":
+            prog = f"{PROG} serve-kafka"
+            return serve_kafka.run_serve_kafka(arguments[1:])
         parser = build_parser()
         try:
             args, extra = parser.parse_known_args(arguments)

@@ -7,28 +7,21 @@ imported only for this command, so the other commands never load pyfuse3 and tri
 from __future__ import annotations
 
 import argparse
-import importlib
-from typing import Any
 
-from .common import PROG, CommandError, Parents, Parser
+from .common import Parents, Parser, daemon_command
 
 __all__ = ["add_parser", "run_mount"]
 
 
 def run_mount(argv: list[str]) -> int:
-    try:
-        # Imported only for this command: it loads pyfuse3 and trio, which the other
-        # commands do not need.
-        mount: Any = importlib.import_module("seglogfs.daemon.mount")
-    except ImportError as exc:
-        raise CommandError(f"mount is not available: {exc}") from None
-    parser = Parser(
-        prog=f"{PROG} mount",
-        description="Mount a log directory: topics as directories, partitions as files.",
+    mount, args = daemon_command(
+        "seglogfs.daemon.mount",
+        "mount",
+        "Mount a log directory: topics as directories, partitions as files.",
+        argv,
     )
-    mount.add_arguments(parser)
     # After a mount, exit as soon as the work is done, without the interpreter's teardown.
-    return int(mount.exit_when_done(mount.run(parser.parse_args(argv))))
+    return int(mount.exit_when_done(mount.run(args)))
 
 
 def add_parser(commands: argparse._SubParsersAction[Parser], shared: Parents) -> None:

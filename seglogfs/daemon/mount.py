@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -40,27 +39,16 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pyfuse3
 import trio
 
-from storage import (
-    BrokerConfig,
-    ConfigError,
-    GroupConfig,
-    LogDirLockedError,
-    LogManager,
-    OffsetStore,
-    StorageError,
-)
+from storage import LogManager
 from storage.log.topic import FORMATS
 
-from ..control import server as control_server
 from ..control.config import ControlConfig
 from ..kafka.config import KafkaConfig
 from ..open_files_limit import raise_open_files_limit
-from ..positions import position_index_spec
 from ..setup_check import (
     SetupError,
     check_apart,
@@ -68,22 +56,32 @@ from ..setup_check import (
     check_log_dir,
     check_mount_point,
     check_mount_point_empty,
-    config_file_error,
-    log_dir_error,
-    read_config_file,
 )
 from . import metrics, sd_notify
-from .maintenance import run_maintenance
+from .lifecycle import (
+    WORKER_THREADS,
+    DaemonSettings,
+    StartError,
+    ThreadBridge,
+    close_manager,
+    configure_logging,
+    configured_default_format,
+    kafka_settings,
+    metrics_settings,
+    open_manager,
+    read_settings,
+    run_serving,
+    serve_metrics,
+    start_services,
+    watchdog,
+)
 from .malloc_tuning import (
     MALLOC_TUNING_ENV,
     MMAP_THRESHOLD,
     TRIM_THRESHOLD,
-    release_free_memory,
     tune_malloc,
 )
 from .operations import Operations, enable_request_logging
-from .read_ahead import fetch_max_bytes
-from .recovery_report import RecoveryReport
 from .renderer import Renderer
 
 __all__ = [
@@ -98,14 +96,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-WORKER_THREADS = 16
-"""Worker threads for engine calls. A roll's fsync holds one; reads of other partitions
-go on in the others."""
-
 _KNOWN_OPTIONS = ("ro", "rw", "allow_other", "internal", "nonempty", "default_format=FORMAT")
-
-DEFAULT_FORMAT_KEY = "seglog.default.format"
-"""The ``--config`` key of ``-o default_format`` (the option wins when both are given)."""
 
 RENDER_PROCESS_ENV = "SEGLOG_RENDER_PROCESS"
 """Set to ``0`` to render every read in the daemon's threads (no render process)."""
@@ -115,7 +106,7 @@ class UsageError(Exception):
     """A command-line mistake: exit code 2."""
 
 
-class _MountError(OSError):
+class _MountError(StartError):
     """The kernel mount failed: exit code 1 with one line."""
 
 
@@ -176,15 +167,7 @@ def default_format_of(options: MountOptions, config: Path | None) -> str:
     """
     if options.default_format is not None:
         return options.default_format
-    if config is None:
-        return "lines"
-    value = read_config_file(config, "--config").get(DEFAULT_FORMAT_KEY)
-    if value is None:
-        return "lines"
-    try:
-        return _checked_format(value.strip(), DEFAULT_FORMAT_KEY)
-    except UsageError as exc:
-        raise SetupError(f"--config {config}: {exc}", usage=True) from None
+    return configured_default_format(config)
 
 
 def _fuse_option_value(text: str) -> str:
@@ -248,11 +231,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _configure_logging(debug: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(debug)
     enable_request_logging(debug)
     if not debug:
         # pyfuse3 logs each worker task start at DEBUG only; keep INFO quiet.
@@ -284,126 +263,39 @@ def run(args: argparse.Namespace) -> int:
             check_mount_point_empty(mountpoint)
         check_log_dir(log_dir, must_exist=options.read_only)
         check_apart(log_dir, mountpoint)
-        broker, control_config, read_ahead_bytes, group_config = _settings(args.config)
+        settings = read_settings(args.config)
         default_format = default_format_of(options, args.config)
-        kafka_config = _kafka_settings(args)
-        metrics_listener = _metrics_settings(args)
+        kafka_config = kafka_settings(args)
+        metrics_listener = metrics_settings(args)
     except SetupError as exc:
         _error(str(exc))
         return 2 if exc.usage else 1
-    # After a crash the open recovers each partition: say per partition what it did.
-    recovery = None if options.read_only else RecoveryReport.before_open(log_dir)
     try:
-        manager = LogManager.open(
+        manager = open_manager(
             log_dir,
-            broker,
+            settings,
             read_only=options.read_only,
-            extension=position_index_spec,
             default_format=default_format,
+            read_only_hint="; mount it read-only with -o ro",
         )
-    except LogDirLockedError:
-        _error(
-            f"log directory {log_dir} is already mounted or written by another process "
-            "(its writer lock is held); mount it read-only with -o ro"
-        )
-        return 1
-    except OSError as exc:
-        hint = "" if options.read_only else "; mount it read-only with -o ro"
-        _error(str(log_dir_error(log_dir, exc, writing=not options.read_only, read_only_hint=hint)))
-        return 1
-    except StorageError as exc:  # unreadable metadata, a stored override that is invalid
+    except StartError as exc:
         _error(str(exc))
         return 1
-    finally:
-        if recovery is not None:
-            recovery.stop()  # the engine's lines were collected during the open only
-    if recovery is not None:
-        recovery.log_lines(manager)
-    # The directory's one offset store (the views, the control socket and the Kafka
-    # listener share it) takes the --config group settings: made here, first.
-    OffsetStore.shared(manager, group_config)
-
-    try:
-        _mount_and_serve(
+    code = run_serving(
+        lambda: _mount_and_serve(
             log_dir,
             mountpoint,
             manager,
             options,
-            control_config,
-            read_ahead_bytes,
+            settings,
             kafka_config,
             metrics_listener,
-        )
-    except _MountError as exc:
-        _error(str(exc))
-        return 1
-    except (StorageError, OSError) as exc:
-        # The engine could not flush or checkpoint on the way out (a full disk): the
-        # data written so far is in the segments; without the clean-shutdown marker the
-        # next open recovers.
-        _error(f"unclean shutdown: {exc}")
-        return 1
-    logger.info("unmounted %s", mountpoint)
-    return 0
-
-
-def _settings(
-    config: Path | None,
-) -> tuple[BrokerConfig | None, ControlConfig, int, GroupConfig]:
-    """What ``--config`` sets: the broker config (``None``: Kafka's defaults), the
-    control socket's bounds, the readers' ``fetch.max.bytes`` and the group
-    coordinator's settings (``offsets.topic.*``, ``offsets.retention.*``).
-
-    Raises:
-        SetupError: the file cannot be read (exit 1) or has a bad key or value (exit 2).
-    """
-    if config is None:
-        return None, ControlConfig(), fetch_max_bytes({}), GroupConfig()
-    properties = read_config_file(config, "--config")
-    try:
-        return (
-            BrokerConfig.from_properties(properties),
-            ControlConfig.from_properties(properties),
-            fetch_max_bytes(properties),
-            GroupConfig.from_properties(properties),
-        )
-    except ConfigError as exc:
-        raise config_file_error(config, "--config", exc) from None
-
-
-def _kafka_settings(args: argparse.Namespace) -> KafkaConfig | None:
-    """The Kafka listener's settings (``--kafka``, ``--kafka-advertised``, ``listeners``
-    and ``advertised.listeners`` in ``--config``); None: no listener.
-
-    Raises:
-        SetupError: the file cannot be read (exit 1) or has a bad value (exit 2).
-    """
-    properties = {} if args.config is None else read_config_file(args.config, "--config")
-    try:
-        return KafkaConfig.from_settings(properties, args.kafka, args.kafka_advertised)
-    except ConfigError as exc:
-        raise SetupError(str(exc), usage=True) from None
-
-
-def _metrics_settings(args: argparse.Namespace) -> metrics.MetricsConfig | None:
-    """Where ``/metrics`` is served (``--metrics``, else ``seglog.metrics.listener`` in
-    ``--config``) and the server's ``seglog.metrics.*`` bounds; None: no metrics.
-
-    Raises:
-        SetupError: the file cannot be read (exit 1) or has a bad value (exit 2).
-    """
-    properties = {} if args.config is None else read_config_file(args.config, "--config")
-    value: str | None = args.metrics
-    where = "--metrics"
-    if value is None and args.config is not None:
-        value = properties.get(metrics.METRICS_KEY)
-        where = f"--config {args.config}: {metrics.METRICS_KEY}"
-    try:
-        return metrics.MetricsConfig.from_settings(properties, value, where)
-    except ValueError as exc:
-        raise SetupError(str(exc), usage=True) from None
-    except ConfigError as exc:
-        raise config_file_error(args.config, "--config", exc) from None
+        ),
+        _error,
+    )
+    if code == 0:
+        logger.info("unmounted %s", mountpoint)
+    return code
 
 
 def _mount_and_serve(
@@ -411,33 +303,25 @@ def _mount_and_serve(
     mountpoint: Path,
     manager: LogManager,
     options: MountOptions,
-    control_config: ControlConfig,
-    read_ahead_bytes: int,
+    settings: DaemonSettings,
     kafka_config: KafkaConfig | None = None,
     metrics_listener: metrics.MetricsConfig | None = None,
 ) -> None:
     with contextlib.ExitStack() as stack:
         mounted = _Mounted()
         stack.callback(mounted.unmount)  # last: after the engine is closed
-        stack.callback(_close_manager, manager)
+        stack.callback(close_manager, manager)
         if metrics_listener is not None:
-            # In a thread of its own (a scrape never runs on the event loop), before the
-            # mount so that an address in use is one line and no mount; stopped before
-            # the engine is closed.
-            host, port = metrics_listener.host, metrics_listener.port
-            try:
-                server = metrics.serve(manager, metrics_listener)
-            except OSError as exc:
-                raise _MountError(f"cannot serve metrics on {host}:{port}: {exc}") from None
-            stack.callback(server.close)
-            logger.info("metrics at http://%s:%d/metrics", *server.address)
-        bridge = _ThreadBridge()
+            # Before the mount, so that an address in use is one line and no mount;
+            # stopped before the engine is closed.
+            serve_metrics(stack, manager, metrics_listener)
+        bridge = ThreadBridge()
         ops = Operations(
             manager,
             bridge,
             read_only=options.read_only,
             show_internal=options.show_internal,
-            fetch_max_bytes=read_ahead_bytes,
+            fetch_max_bytes=settings.read_ahead_bytes,
         )
         stack.callback(ops.finish)  # first: partial lines of files still open
         # The log directory as the file system's name and seglogfs as its type, as sshfs
@@ -472,7 +356,7 @@ def _mount_and_serve(
             mountpoint,
             "read-only" if options.read_only else "read-write",
         )
-        trio.run(_serve, ops, manager, bridge, options, control_config, kafka_config)
+        trio.run(_serve, ops, manager, bridge, options, settings.control, kafka_config)
 
 
 class _Mounted:
@@ -485,29 +369,10 @@ class _Mounted:
             pyfuse3.close(unmount=True)
 
 
-def _close_manager(manager: LogManager) -> None:
-    # Flush every log, write both checkpoints, then the clean-shutdown marker.
-    manager.close()
-
-
-class _ThreadBridge:
-    """The one bridge from the event loop to worker threads (``trio.to_thread`` under a
-    ``CapacityLimiter`` of ``WORKER_THREADS``). Made before ``trio.run``; the limiter
-    is created inside it."""
-
-    def __init__(self) -> None:
-        self._limiter: trio.CapacityLimiter | None = None
-
-    async def __call__(self, fn: Any, *args: Any) -> Any:
-        if self._limiter is None:
-            self._limiter = trio.CapacityLimiter(WORKER_THREADS)
-        return await trio.to_thread.run_sync(fn, *args, limiter=self._limiter)
-
-
 async def _serve(
     ops: Operations,
     manager: LogManager,
-    bridge: _ThreadBridge,
+    bridge: ThreadBridge,
     options: MountOptions,
     control_config: ControlConfig,
     kafka_config: KafkaConfig | None = None,
@@ -519,44 +384,14 @@ async def _serve(
             nursery.start_soon(renderer.run)
         ops.use_renderer(renderer, nursery)  # also without one: memory is given back there
         nursery.start_soon(_handle_signals)
-        nursery.start_soon(
-            functools.partial(run_maintenance, manager, bridge, read_only=options.read_only)
+        # The mount is worth having without the control socket or the Kafka listener.
+        await start_services(
+            nursery, manager, bridge, control_config, kafka_config, read_only=options.read_only
         )
-        if not options.read_only:
-            try:
-                serve_control = functools.partial(
-                    control_server.serve,
-                    config=control_config,
-                    release_memory=release_free_memory,
-                )
-                await nursery.start(serve_control, manager.log_dir, manager, bridge)
-            except OSError as exc:
-                # The mount is still worth having: only the command line's writes
-                # (which need the daemon while it holds the lock) are unavailable.
-                logger.error(
-                    "control socket unavailable (%s): seglogfs topics/produce "
-                    "cannot write while this mount runs",
-                    exc,
-                )
-        if kafka_config is not None:
-            # Imported only when asked for: it loads kio (Kafka's message types).
-            from ..kafka import server as kafka_server
-
-            try:
-                serve_kafka = functools.partial(kafka_server.serve, counters=metrics.COUNTERS)
-                await nursery.start(serve_kafka, manager, bridge, kafka_config)
-            except OSError as exc:
-                # As the control socket: the mount is still worth having.
-                logger.error(
-                    "kafka listener unavailable on %s:%d (%s)",
-                    kafka_config.host,
-                    kafka_config.port,
-                    exc,
-                )
         sd_notify.notify("READY=1")
         interval = sd_notify.watchdog_interval()
         if interval is not None:
-            nursery.start_soon(_watchdog, interval)
+            nursery.start_soon(watchdog, interval)
         try:
             await pyfuse3.main()
         finally:
@@ -598,12 +433,6 @@ async def _handle_signals() -> None:
         logger.info("%s: unmounting", signal.Signals(_early_signals[0]).name)
         sd_notify.notify("STOPPING=1")
         pyfuse3.terminate()
-
-
-async def _watchdog(interval: float) -> None:
-    while True:
-        sd_notify.notify("WATCHDOG=1")
-        await trio.sleep(interval)
 
 
 _served = False

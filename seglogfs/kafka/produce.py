@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
-from storage import OFFSETS_TOPIC, AppendInfo, LogManager, StorageError
+from storage import OFFSETS_TOPIC, AppendInfo, Log, LogManager, StorageError
 
 from .broker import KAFKA_PATH, Broker, error_code_of
 from .codec import ErrorCode, Request, build, response_class
@@ -120,27 +120,58 @@ async def _produce_partition(
     identity = identify_batches(records)
     sequences = broker.sequences
     if identity.producer_id >= 0 and not sequences.loaded(topic, partition):
-        batches = await broker.run_sync(_producer_entries, broker.manager, topic, partition)
-        if batches is not None:
-            sequences.load(topic, partition, batches)
+        await _load_producers(broker, topic, partition)
     duplicate = sequences.check(topic, partition, identity)
+    if duplicate is not None and not await _loaded_log_is_current(broker, topic, partition):
+        # Answered from a table of a log deleted since (rmdir/mkdir on the mount, the
+        # command line): a "duplicate" would not be in this one. Read this one's.
+        sequences.forget_partition(topic, partition)
+        await _load_producers(broker, topic, partition)
+        duplicate = sequences.check(topic, partition, identity)
     if isinstance(duplicate, ErrorCode):
         return _result(partition, duplicate), False
     if duplicate is not None:
         return _result(partition, ErrorCode.none, duplicate), False
     outcome = await broker.run_sync(_append, broker.manager, topic, partition, bytes(records))
-    if not isinstance(outcome, AppendInfo):
+    if not isinstance(outcome, _Appended):
         return _result(partition, outcome[0], message=outcome[1]), False
+    info, log = outcome
     if broker.counters is not None:
-        broker.counters.appended(topic, outcome.record_count, outcome.size, KAFKA_PATH)
+        broker.counters.appended(topic, info.record_count, info.size, KAFKA_PATH)
     if sequences.loaded(topic, partition):
-        sequences.record(topic, partition, identity, outcome.first_offset)
-    return _result(partition, ErrorCode.none, outcome.first_offset), True
+        if sequences.loaded_from(topic, partition) is log:
+            sequences.record(topic, partition, identity, info.first_offset)
+        else:
+            # The topic was deleted and made again (rmdir/mkdir on the mount, the
+            # command line) since its producers were read back: the table describes
+            # another log. Read this one's (the batch just appended included).
+            sequences.forget_partition(topic, partition)
+            await _load_producers(broker, topic, partition)
+    return _result(partition, ErrorCode.none, info.first_offset), True
+
+
+async def _loaded_log_is_current(broker: Broker, topic: str, partition: int) -> bool:
+    loaded = broker.sequences.loaded_from(topic, partition)
+    current = await broker.run_sync(_current_log, broker.manager, topic, partition)
+    return loaded is not None and loaded is current
+
+
+def _current_log(manager: LogManager, topic: str, partition: int) -> Log | None:
+    try:
+        return manager.log(topic, partition)
+    except StorageError:
+        return None
+
+
+async def _load_producers(broker: Broker, topic: str, partition: int) -> None:
+    found = await broker.run_sync(_producer_entries, broker.manager, topic, partition)
+    if found is not None:
+        broker.sequences.load(topic, partition, *found)
 
 
 def _producer_entries(
     manager: LogManager, topic: str, partition: int
-) -> list[AppendedBatch] | None:
+) -> tuple[Log, list[AppendedBatch]] | None:
     """The partition's producers from its log's tail (blocking: a worker thread); None
     when there is no such partition (the append then says so). A log that cannot be
     read is logged and counts as empty: its producers' next batches are taken as they
@@ -150,7 +181,7 @@ def _producer_entries(
     except StorageError:
         return None
     try:
-        return producer_entries(log, time.time_ns() // 1_000_000)
+        return log, producer_entries(log, time.time_ns() // 1_000_000)
     except (StorageError, OSError) as exc:
         logger.warning(
             "kafka: the producers of %s-%d could not be read back from the log: %s",
@@ -158,7 +189,7 @@ def _producer_entries(
             partition,
             exc,
         )
-        return []
+        return log, []
 
 
 def _result(
@@ -175,13 +206,20 @@ def _result(
     }
 
 
+class _Appended(NamedTuple):
+    info: AppendInfo
+    log: Log
+
+
 def _append(
     manager: LogManager, topic: str, partition: int, records: bytes
-) -> AppendInfo | tuple[ErrorCode, str]:
-    """Append one partition's batches (blocking: a worker thread); Kafka's error code
-    and the reason when the engine refused them (nothing was appended then)."""
+) -> _Appended | tuple[ErrorCode, str]:
+    """Append one partition's batches (blocking: a worker thread): what was appended
+    and to which log, or Kafka's error code and the reason when the engine refused
+    them (nothing was appended then)."""
     try:
-        return manager.log(topic, partition).append_batches(records)
+        log = manager.log(topic, partition)
+        return _Appended(log.append_batches(records), log)
     except (StorageError, OSError) as exc:
         code = error_code_of(exc)
         if code is ErrorCode.unknown_server_error:

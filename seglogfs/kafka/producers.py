@@ -25,6 +25,7 @@ keeps no transaction state.
 from __future__ import annotations
 
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -180,7 +181,9 @@ class SequenceTable:
         self._expiration_s = expiration_ms / 1000
         # (producer id, topic, partition) -> (epoch, recent batches, last append time)
         self._entries: dict[tuple[int, str, int], tuple[int, deque[_Appended], float]] = {}
-        self._loaded: set[tuple[str, int]] = set()
+        # (topic, partition) -> the log its producers were read back from: a topic
+        # deleted and made again has another ``Log`` (``loaded_from``).
+        self._loaded: dict[tuple[str, int], weakref.ref[Log]] = {}
         self._next_purge = time.monotonic() + self._expiration_s
 
     def new_producer_id(self) -> int:
@@ -194,8 +197,14 @@ class SequenceTable:
         """Whether the partition's producers were read back from its log (``load``)."""
         return (topic, partition) in self._loaded
 
-    def load(self, topic: str, partition: int, batches: list[AppendedBatch]) -> None:
-        """Take the partition's producers from its log's batches (``producer_entries``,
+    def loaded_from(self, topic: str, partition: int) -> Log | None:
+        """The log the partition's producers were read back from (None: not read, or
+        that log is gone)."""
+        ref = self._loaded.get((topic, partition))
+        return None if ref is None else ref()
+
+    def load(self, topic: str, partition: int, log: Log, batches: list[AppendedBatch]) -> None:
+        """Take the partition's producers from ``log``'s batches (``producer_entries``,
         in log order), before any batch of it is checked."""
         for b in batches:
             identity = BatchIdentity(
@@ -203,13 +212,19 @@ class SequenceTable:
             )
             self._remember(topic, partition, identity, b.base_offset)
             self._next_id = max(self._next_id, b.producer_id)
-        self._loaded.add((topic, partition))
+        self._loaded[(topic, partition)] = weakref.ref(log)
 
     def forget(self, topic: str) -> None:
         """Drop a deleted topic's producers (a topic created again starts empty)."""
         for key in [k for k in self._entries if k[1] == topic]:
             del self._entries[key]
-        self._loaded = {k for k in self._loaded if k[0] != topic}
+        self._loaded = {k: v for k, v in self._loaded.items() if k[0] != topic}
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """Drop one partition's producers (its log was replaced by another)."""
+        for key in [k for k in self._entries if k[1:] == (topic, partition)]:
+            del self._entries[key]
+        self._loaded.pop((topic, partition), None)
 
     def check(self, topic: str, partition: int, batch: BatchIdentity) -> int | ErrorCode | None:
         """None: append; an offset: a duplicate, answer with it; an error code: refuse."""

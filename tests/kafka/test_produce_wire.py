@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from seglogfs.kafka.codec import build
 from tests.daemon.conftest import MountDir
-from tests.kafka.conftest import KafkaMount, RawClient, needs_fuse, start_kafka_mount
+from tests.kafka.conftest import KafkaMount, RawClient, needs_fuse, seglogfs, start_kafka_mount
 
 pytestmark = needs_fuse
 
@@ -49,18 +49,24 @@ def _produce(client: RawClient, topic: str, records: bytes, **fields: object) ->
     return int(part.error_code), int(part.base_offset)
 
 
+def _init_producer(client: RawClient) -> int:
+    """A producer id from InitProducerId (no transactional id)."""
+    init = client.call(
+        22, 4, build(load_request_schema(22, 4), transactional_id=None, transaction_timeout=-1,
+                     producer_id=-1, producer_epoch=-1)
+    )  # fmt: skip
+    assert init.error_code == ErrorCode.none
+    producer_id = int(init.producer_id)
+    assert producer_id >= 0
+    return producer_id
+
+
 def test_idempotent_retry_is_not_appended_twice(kafka_mount: KafkaMount) -> None:
     topic = kafka_mount.mountpoint / "i"
     topic.mkdir()
     client = RawClient(kafka_mount.port)
     try:
-        init = client.call(
-            22, 4, build(load_request_schema(22, 4), transactional_id=None, transaction_timeout=-1,
-                         producer_id=-1, producer_epoch=-1)
-        )  # fmt: skip
-        assert init.error_code == ErrorCode.none
-        producer_id = int(init.producer_id)
-        assert producer_id >= 0
+        producer_id = _init_producer(client)
         first = _batch([b"a", b"b"], producer_id, 0)
         assert _produce(client, "i", first) == (0, 0)
         second = _batch([b"c"], producer_id, 2)
@@ -78,6 +84,40 @@ def test_idempotent_retry_is_not_appended_twice(kafka_mount: KafkaMount) -> None
     finally:
         client.close()
     assert (topic / "0").read_bytes() == b"a\nb\nc\nd\n"
+
+
+def test_a_topic_made_again_does_not_keep_its_producers(
+    kafka_mount: KafkaMount,
+) -> None:
+    """A topic deleted (``seglogfs topics delete`` through the daemon) and made again
+    (mkdir) while an idempotent producer writes: a batch it sends
+    again is appended to the new topic (a duplicate of one in the deleted topic only),
+    not answered with the deleted copy's offset; a gap after it is refused by the new
+    topic's own table."""
+    topic = kafka_mount.mountpoint / "r"
+    topic.mkdir()
+    client = RawClient(kafka_mount.port)
+    try:
+        producer_id = _init_producer(client)
+        first = _batch([b"a", b"b"], producer_id, 0)
+        second = _batch([b"c"], producer_id, 2)
+        assert _produce(client, "r", first) == (0, 0)
+        assert _produce(client, "r", second) == (0, 2)
+        seglogfs("topics", "delete", "-d", str(kafka_mount.log_dir), "r")
+        topic.mkdir()
+        # Sent again: the new topic never had it.
+        assert _produce(client, "r", second) == (0, 0)
+        assert _produce(client, "r", second) == (0, 0)  # now a duplicate, in this topic
+        assert _produce(client, "r", first)[0] == ErrorCode.out_of_order_sequence_number.value
+        # And the other way: the table read from the new log after an append.
+        seglogfs("topics", "delete", "-d", str(kafka_mount.log_dir), "r")
+        topic.mkdir()
+        third = _batch([b"d"], producer_id, 3)
+        assert _produce(client, "r", third) == (0, 0)
+        assert _produce(client, "r", third) == (0, 0)
+    finally:
+        client.close()
+    assert (topic / "0").read_bytes() == b"d\n"
 
 
 def test_garbage_frames_never_take_the_daemon_down(kafka_mount: KafkaMount) -> None:

@@ -58,7 +58,7 @@ def test_the_tail_is_read_back_within_its_bounds(log_dir: Path) -> None:
         assert last == [AppendedBatch(7, 0, 10, 14, 20)]
 
     table = SequenceTable()
-    table.load("t", 0, everything)
+    table.load("t", 0, log, everything)
     assert table.loaded("t", 0)
     assert not table.loaded("t", 1)
     # The last batches are duplicates answered with their offsets; a gap is refused;
@@ -72,7 +72,7 @@ def test_the_tail_is_read_back_within_its_bounds(log_dir: Path) -> None:
     assert table.check("t", 0, BatchIdentity(7, 0, 15, 15)) is None
     # An id from another daemon, above this one's time-based ids: fenced by its epoch,
     # and the ids handed out next are above it.
-    table.load("t", 0, [AppendedBatch(2**50, 3, 0, 0, 30)])
+    table.load("t", 0, log, [AppendedBatch(2**50, 3, 0, 0, 30)])
     assert table.check("t", 0, BatchIdentity(2**50, 2, 1, 1)) is ErrorCode.invalid_producer_epoch
     assert table.new_producer_id() == 2**50 + 1
     table.forget("t")
