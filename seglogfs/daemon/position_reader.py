@@ -154,8 +154,9 @@ class PositionReader:
         O(bytes) rendering, plus O(ahead) for a sequential read.
 
         Raises:
-            CorruptRecordError: the read starts in a batch that fails its CRC (never
-                served; a read that meets one later returns the bytes before it).
+            CorruptRecordError: the read needs a byte of a damaged batch first (never
+                served; a read that meets one later returns the bytes before it). See
+                ``_read_at`` for a read that starts past one.
         """
         for _ in range(_MAX_RETRIES):
             if self._epoch != (id(log), log.layout_epoch):
@@ -417,6 +418,21 @@ class PositionReader:
                         break
             except CorruptRecordError:
                 if cursor <= position:
+                    # The read starts inside the damaged batch, at its start, or past it
+                    # where the scan from the position-index entry below the read has
+                    # to go through it: EIO (issue 17). A read past a damaged batch is
+                    # served only from a batch the engine reaches without framing its
+                    # way through the damage (the next segment, or a batch an
+                    # offset-index entry names after it): then its position comes from
+                    # the position index's own entry for it, written when it was
+                    # appended (the next segment's entry 0, written when it was made),
+                    # so it is where an undamaged file has it. Never by measuring on
+                    # from before the damage: the damaged batch's rendered size is not
+                    # known (its records do not decode, or decode to what was not
+                    # written; a damaged length says nothing of where the next batch
+                    # is), so every byte after it would be at a guessed position. (A
+                    # position index rebuilt from the .log has no entry past a damaged
+                    # batch for that reason: ``LogSegment.rebuild_extension``.)
                     raise
                 # Serve the valid bytes before the corrupt batch (a short read, as a disk
                 # read before a bad sector); the next read starts there and fails.

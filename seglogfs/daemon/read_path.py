@@ -69,7 +69,19 @@ def _fill_plan(log: Log, tail: Rendered) -> tuple[LogSegment, int, int] | None:
     position = tail.resume
     if position >= segment.size:
         following = log.segments.higher_segment(segment.base_offset)
-        if following is None or tail.skip or following.base_offset < tail.next_offset:
+        if (
+            following is None
+            or tail.skip
+            or following.base_offset != tail.next_offset
+            or following.extension_start != tail.end
+        ):
+            # Only where the next segment's bytes are known to come right after these:
+            # it starts at the offset after them (not past a hole of offsets: a missing
+            # segment, which the daemon's own read reports as damage, or compaction's
+            # gap) and its position index starts at their end (not past bytes a damaged
+            # batch leaves unmeasured). The fill would lay it at ``tail.end`` whatever
+            # its positions: a missing segment's bytes were skipped in silence, and
+            # every byte after moved (issue 17). Elsewhere the daemon's own read goes on.
             return None
         segment, position = following, 0
     if position >= segment.size:

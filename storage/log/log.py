@@ -1044,22 +1044,43 @@ class Log:
         """The first offset whose record timestamp is >= ``timestamp`` (Kafka's
         ``ListOffsets`` by time), or None when every record is older.
 
+        Timestamps may go back (``CreateTime`` is the producer's): the answer is the
+        first offset, not the earliest time, and the segment searched is the first
+        (from the log start) whose max timestamp reaches the target, as in Kafka; a
+        segment wholly below the log start is never searched. Records the search
+        passes over are proven older by their segment's max timestamp or its time
+        index; every batch it reads is checked as ``batches`` checks it (CRC, offsets
+        where they belong: a damaged base offset is outside the CRC), and offsets in no
+        segment file it passes over (a segment missing from the middle, under
+        ``cleanup.policy=delete``) could hold the answer: both raise, never answer.
+
         Cost: O(segments) to find the segment by its max timestamp, then O(log n)
         through its time and offset indexes and a short scan.
 
         Raises:
             SegmentDeletedError: the segment searched was deleted meanwhile.
-            CorruptRecordError: a batch the search reads is damaged (as ``batches``).
+            CorruptRecordError: damage the search reads or passes over, as above.
         """
+        start = self.log_start_offset
         segments = self.segments.values()
         for i, segment in enumerate(segments):
-            if segment.max_timestamp >= timestamp:
-                tail = Tail.SEALED if i + 1 < len(segments) else Tail.ACTIVE
-                found = segment.find_offset_by_timestamp(
-                    timestamp, self.log_start_offset, tail=tail
-                )
-                if found is not None:
-                    return max(found.offset, self.log_start_offset)
+            end = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if end is not None and end <= start:
+                continue  # wholly below the log start: its records are not served
+            if segment.max_timestamp < timestamp:
+                hole = segment.hole_after_error()
+                if hole is not None:
+                    raise hole
+                continue
+            # ``batches`` goes on into the next segments; the search of this one ends
+            # with its last batch (the next has a time index of its own).
+            for batch in self.batches(max(segment.timestamp_scan_start(timestamp), start)):
+                if batch.max_timestamp >= timestamp:
+                    for record in batch.records():
+                        if record.offset >= start and record.timestamp >= timestamp:
+                            return record.offset
+                if end is not None and batch.next_offset >= end:
+                    break
         return None
 
     # -- retention -------------------------------------------------------------------

@@ -941,7 +941,17 @@ class LogSegment:
         framing ends the measure: ``extension_exact`` is then False (reads raise at the
         damage whatever the units say; the open of the log must not fail on it).
 
-        Cost: ``measure`` of every batch of the segment.
+        No entry names a batch after a damaged one (one that measures nothing or fails
+        its CRC) either: the units there are measured on across the damage, so they are
+        not known for certain (a batch that measures nothing is counted as 0, one that
+        fails its CRC as what its damaged records render to), and an entry would serve
+        the bytes after it at guessed positions: a read at the damaged batch's own
+        position got the next batch's bytes, and every later position in the segment
+        moved (issue 17). Without entries, a read there scans from the last entry
+        before the damage and fails there. (The index written at append has those
+        entries, with the positions the writer counted: only a rebuild lacks them.)
+
+        Cost: ``measure`` and the CRC of every batch of the segment.
         """
         extension, spec = self.extension, self.extension_spec
         if extension is None or spec is None:
@@ -951,6 +961,7 @@ class LogSegment:
         self.extension_exact = True
         previous_last_offset = self.base_offset - 1
         framed_to = 0
+        certain = True  # no damaged batch met yet: the units are the writer's
         try:
             for batch in self.log.batches(0):
                 framed_to = batch.position + batch.size
@@ -959,9 +970,16 @@ class LogSegment:
                     # Damage (reads stop there): no entry names it, and the units after
                     # it are a lower bound. Failing here would fail the open of the log.
                     self.extension_exact = False
+                    certain = False
                     continue
                 previous_last_offset = batch.last_offset
-                self._maybe_index_extension(batch.base_offset, units)
+                if certain:
+                    # An entry may name this batch: the units before it are certain.
+                    self._maybe_index_extension(batch.base_offset, units)
+                    certain = batch.is_valid()
+                else:
+                    self._units_since_last_extension_entry += units
+                    self.extension_end += units
         except CorruptRecordError:
             self.extension_exact = False  # the bytes stop framing: nothing more to measure
         if framed_to != self.size:
@@ -1024,11 +1042,53 @@ class LogSegment:
                 tail=tail,
                 indexed_position=indexed,
             )
+            scan_start = position
         else:
             scan = _from_offset(
                 offset, self.log.batches(starting_position, tail=tail, indexed_position=indexed)
             )
-        return self._then_hole(scan, offset, tail)
+            scan_start = starting_position
+        return self._then_hole(self._blaming_skipped(scan, scan_start, tail), offset, tail)
+
+    def _blaming_skipped(
+        self, scan: Iterator[RecordBatch], scan_start: int, tail: Tail
+    ) -> Iterator[RecordBatch]:
+        """``scan``, but when its framing fails before it yields a batch, and the batch
+        it passed over last (below the offset wanted: not read, its CRC not checked)
+        ends right there and fails its CRC, the error names that batch: a damaged
+        length that still fits the segment frames garbage after it, and a read that
+        starts past the damaged batch would otherwise report (and the daemon log) a
+        second place, inside the batch's true bytes, for the same damage (issue 17).
+
+        Cost: nothing until the error; then one scan from ``scan_start`` to it.
+        """
+        try:
+            first = next(scan, None)
+        except CorruptRecordError as exc:
+            if exc.position <= scan_start:
+                raise
+            culprit = self._damaged_batch_ending_at(scan_start, exc.position, tail)
+            if culprit is None:
+                raise
+            raise CorruptRecordError("CRC mismatch", self.path, culprit.position) from exc
+        if first is None:
+            return
+        yield first
+        # The batches yielded are checked by their reader (``Log.batches``): nothing to
+        # blame after the first.
+        yield from scan
+
+    def _damaged_batch_ending_at(self, start: int, end: int, tail: Tail) -> RecordBatch | None:
+        # The batch framed from ``start`` that ends at ``end``, if it fails its CRC.
+        indexed = self._indexed_position(tail)
+        try:
+            for batch in self.log.batches(start, tail=tail, indexed_position=indexed):
+                batch_end = batch.position + batch.size
+                if batch_end >= end:
+                    return batch if batch_end == end and not batch.is_valid() else None
+        except CorruptRecordError:
+            return None
+        return None
 
     def _indexed_position(self, tail: Tail) -> int:
         # A reader's evidence that the writer is past a position (``Tail.ACTIVE``): the
@@ -1147,11 +1207,40 @@ class LogSegment:
     ) -> TimestampAndOffset | None:
         """The first record with timestamp >= ``timestamp`` and offset >= ``starting_offset``.
 
+        Checks the CRC of each batch it scans, not that their offsets follow one another
+        or the holes after the segment: ``Log.offset_for_timestamp`` reads through
+        ``Log.batches``, which does.
+
         Cost: O(log n) in both indexes, then a scan from the indexed position (from
         the segment start when the time-index entry proves wrong).
 
         Raises:
             CorruptRecordError: a batch scanned fails its CRC, or damage (``Tail``).
+            SegmentDeletedError: the segment was closed (deleted, or the log closed).
+        """
+        offset = self.timestamp_scan_start(timestamp)
+        found = self.translate_offset(max(offset, starting_offset), tail=tail)
+        if found is None:
+            return None
+        return self.log.search_for_timestamp(
+            timestamp,
+            found.position,
+            starting_offset,
+            tail=tail,
+            indexed_position=self._indexed_position(tail),
+        )
+
+    def timestamp_scan_start(self, timestamp: int) -> int:
+        """Where a search of the segment for the first record at or after ``timestamp``
+        starts: the offset of the time-index entry at or below it (every record of the
+        batches before the one holding it is older), checked against the batch it names;
+        the base offset when there is none or it proves wrong. The search scans from the
+        batch holding it, that batch's records before it included.
+
+        Cost: O(log n) in the time index, one short scan to check the entry.
+
+        Raises:
+            CorruptRecordError: the scan to the entry's batch meets damage.
             SegmentDeletedError: the segment was closed (deleted, or the log closed).
         """
         self._touch()
@@ -1163,16 +1252,26 @@ class LogSegment:
             logger.warning(
                 "%s: ignoring wrong time index entry (%d, %d)", self.path, indexed_timestamp, offset
             )
-            offset = self.base_offset
-        found = self.translate_offset(max(offset, starting_offset), tail=tail)
-        if found is None:
+            return self.base_offset
+        return offset
+
+    def hole_after_error(self) -> CorruptRecordError | None:
+        """The error a read meets at the end of this sealed segment when offsets after
+        it are in no segment file (``missing_after``: a segment missing from the middle);
+        None when there is no such hole. A search by time that passes over this segment
+        (its records are all older) must not pass over the missing ones in silence."""
+        missing_after = self.missing_after
+        if missing_after is None:
             return None
-        return self.log.search_for_timestamp(
-            timestamp,
-            found.position,
-            starting_offset,
-            tail=tail,
-            indexed_position=self._indexed_position(tail),
+        end = self.read_next_offset()
+        if end >= missing_after:
+            return None
+        return CorruptRecordError(
+            f"offsets {end}..{missing_after - 1} are in no segment file (the segment "
+            "after this one is missing)",
+            self.path,
+            self.size,
+            offset=end,
         )
 
     def _time_entry_matches(self, timestamp: int, offset: int) -> bool:

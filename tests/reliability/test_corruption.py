@@ -597,8 +597,41 @@ def _mount_and_cat(state: Path, damage: Damage, base: Base, reads: list[Read], w
                         continue
                     if data != expected[position : position + len(data)]:
                         problems.append(f"pread p{p} at {position}: wrong bytes {data[:20]!r}")
+                stop = len(served)  # where the engine's read stopped: the damage
+                if read.error is not None and stop < size:
+                    problems += _preads_at_the_damage(f.fileno(), p, stop, expected, figures)
     finally:
         mount.cleanup()
+    return problems
+
+
+def _preads_at_the_damage(fd: int, p: int, stop: int, expected: bytes,
+                          figures: Figures) -> list[str]:  # fmt: skip
+    """Reads that start by seek around the damage the engine stopped at (issue 17): one
+    running into it returns exactly the bytes before it; one starting at it or inside it
+    fails with EIO, or returns the right bytes (where the engine reaches them without
+    framing through the damage, at positions the position index recorded at append)."""
+    problems: list[str] = []
+    before = min(stop, 50)
+    figures.reads["pread at the damage"] += 1
+    try:
+        data = os.pread(fd, 100, stop - before)
+    except OSError as exc:
+        data = b"" if before == 0 and exc.errno == errno.EIO else str(exc).encode()
+    if data != expected[stop - before : stop]:
+        problems.append(f"pread p{p} at {stop - before}, into the damage: {data[-20:]!r}")
+    for position in (stop, stop + 1):
+        figures.reads["pread at the damage"] += 1
+        try:
+            data = os.pread(fd, 100, position)
+        except OSError as exc:
+            figures.outcomes["pread at the damage: EIO"] += 1
+            if exc.errno != errno.EIO:
+                problems.append(f"pread p{p} at {position}, at the damage: {exc}")
+            continue
+        figures.outcomes["pread at the damage: served"] += 1
+        if data != expected[position : position + len(data)]:
+            problems.append(f"pread p{p} at {position}, at the damage: wrong bytes {data[:20]!r}")
     return problems
 
 
