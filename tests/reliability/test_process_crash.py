@@ -3,7 +3,7 @@
 Each cycle mounts the log directory (recovery runs), checks what the last crash left,
 starts one writer per path and kills the daemon, either inside a chosen operation (a
 roll, retention, a checkpoint write, a topic create, a rendering change, a topic
-delete, an append, a flush: ``crash_points/sitecustomize.py`` makes the daemon
+delete, an append, a flush, a cleaning pass: ``crash_points/sitecustomize.py`` makes the daemon
 ``SIGKILL`` itself just before the K-th file-system call of that operation) or, when
 the operation does not come or makes fewer calls, at a random moment. The paths:
 
@@ -11,7 +11,12 @@ the operation does not come or makes fewer calls, at a random moment. The paths:
 - the ``produce`` file of a three-partition topic, ``prod``;
 - the control socket's client (what ``seglogfs produce`` and the Spark sink call
   when a daemon owns the directory), topic ``ctl``;
-- ``>>`` into a topic whose retention deletes segments while it is written, ``ret``.
+- ``>>`` into a topic whose retention deletes segments while it is written, ``ret``;
+- ``>>`` of ``key:value`` lines into a compacted topic, ``cmp``, which the daemon's
+  cleaner compacts while it is written (small segments, a dirty ratio of 0.01, a
+  cleaner backoff of 100 ms). Every key is new, so a pass keeps every record and
+  rewrites the segments behind the active one: a crash inside it must leave all
+  groups swapped or none, with nothing lost or doubled.
 
 A writer acknowledges a line (appends it to its own ack file) once its ``write()`` or
 its control request returned. After every remount: each acknowledged line is present
@@ -57,6 +62,7 @@ OPERATIONS = {
     "delete_topic": 8,
     "append": 2,
     "flush": 1,
+    "clean": 16,
 }
 
 BROKER_CONFIG = """\
@@ -65,6 +71,7 @@ log.flush.offset.checkpoint.interval.ms=150
 log.flush.start.offset.checkpoint.interval.ms=150
 log.segment.delete.delay.ms=100
 log.flush.interval.ms=300
+log.cleaner.backoff.ms=100
 """
 
 # Writers: each prints nothing, acknowledges into its ack file, stops at the first error.
@@ -73,11 +80,12 @@ import os, sys
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
 ack = open(sys.argv[2], "a")
 prefix = sys.argv[3]
+keyed = len(sys.argv) > 4  # write "line:line": the line is the record's key too
 i = 0
 while True:
     line = "%s-%d" % (prefix, i)
     try:
-        os.write(fd, (line + "\\n").encode())
+        os.write(fd, ((line + ":" + line if keyed else line) + "\\n").encode())
     except OSError:
         break
     ack.write(line + "\\n"); ack.flush()
@@ -149,7 +157,9 @@ def _partition_lines(mountpoint: Path, topic: str) -> dict[int, list[str]]:
         if name.isdigit():
             data = (topic_dir / name).read_bytes()
             assert data == b"" or data.endswith(b"\n"), f"{topic}/{name} ends in a partial line"
-            out[int(name)] = data.decode().splitlines()
+            lines = data.decode().splitlines()
+            # A keyed line reads key:value, both the line written: the key stands for it.
+            out[int(name)] = [line.partition(":")[0] for line in lines]
     return out
 
 
@@ -177,7 +187,7 @@ def _check_writer(writer: Writer, found: list[str], *, retention: bool) -> None:
 
 def _check_offsets(log_dir: Path) -> None:
     with LogManager.open(log_dir, read_only=True) as manager:
-        for topic in ("part", "prod", "ctl", "ret"):
+        for topic in ("part", "prod", "ctl", "ret", "cmp"):
             for partition in range(manager.topic(topic).partitions):
                 log = manager.log(topic, partition)
                 offsets = [record.offset for record in log.records(log.log_start_offset)]
@@ -200,6 +210,7 @@ class Harness:
             "prod": Writer("prod", "d", tmp_path / "ack-prod"),
             "ctl": Writer("ctl", "c", tmp_path / "ack-ctl", in_flight=5),
             "ret": Writer("ret", "r", tmp_path / "ack-ret"),
+            "cmp": Writer("cmp", "k", tmp_path / "ack-cmp"),
         }
         self.hits: collections.Counter[str] = collections.Counter()
         self.random_kills = 0
@@ -239,12 +250,20 @@ class Harness:
         os.mkdir(mnt / "ret")
         for key, value in (("segment.bytes", b"4096"), ("retention.ms", b"300")):
             os.setxattr(mnt / "ret", f"user.seglog.{key}", value)
+        os.mkdir(mnt / "cmp")
+        for key, value in (
+            ("key.separator", b":"),
+            ("segment.bytes", b"4096"),
+            ("min.cleanable.dirty.ratio", b"0.01"),
+            ("cleanup.policy", b"compact"),
+        ):
+            os.setxattr(mnt / "cmp", f"user.seglog.{key}", value)
         assert mount.stop() == 0, mount.log()
         _unmount(mnt)
 
     def check(self) -> None:
         mnt = self.mountpoint
-        for name in ("part", "ctl", "ret"):
+        for name in ("part", "ctl", "ret", "cmp"):
             found = _partition_lines(mnt, name)[0]
             _check_writer(self.writers[name], found, retention=name == "ret")
         # prod: keyless lines spread over partitions; each partition keeps their order.
@@ -275,6 +294,9 @@ class Harness:
             _start(APPEND_WRITER, mnt / "prod" / "produce", self.writers["prod"].ack, f"d{number}"),
             _start(CONTROL_WRITER, self.log_dir, self.writers["ctl"].ack, f"c{number}"),
             _start(APPEND_WRITER, mnt / "ret" / "0", self.writers["ret"].ack, f"r{number}"),
+            _start(
+                APPEND_WRITER, mnt / "cmp" / "0", self.writers["cmp"].ack, f"k{number}", "keyed"
+            ),
             _start(NAMESPACE_CHURN, mnt, self.log_dir, f"n{number}"),
         ]
         assert mount.proc is not None

@@ -14,7 +14,8 @@ calls runs to its end; the next run of it counts again from 1.
 Operations: ``roll`` (``Log.roll``), ``retention`` (``Log._delete_segments``),
 ``checkpoint`` (both ``LogManager`` checkpoint writers), ``create_topic``,
 ``set_rendering`` (``LogManager.set_topic_rendering``), ``delete_topic``, ``append``
-(``Log.append``) and ``flush`` (``Log.flush``).
+(``Log.append``), ``flush`` (``Log.flush``) and ``clean`` (``LogManager.clean``: a
+cleaning pass, the daemon's background cleaner).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def _targets() -> dict[str, list[tuple[Any, str]]]:
         "delete_topic": [(LogManager, "delete_topic")],
         "append": [(Log, "append")],
         "flush": [(Log, "flush")],
+        "clean": [(LogManager, "clean")],
     }
 
 
