@@ -84,6 +84,8 @@ def _cmd_delete_records(args: argparse.Namespace) -> int:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UsageError(f"no such offset JSON file: {path}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"offset JSON file {path} is not UTF-8 text ({exc.reason})") from None
     entries = parse_offset_json(text)
     print("Executing records delete operation", flush=True)
     if control.daemon_socket(log_dir) is not None:

@@ -607,3 +607,5 @@ def open_read_only(log_dir: str) -> LogManager:
         return LogManager.open(log_dir, read_only=True)
     except StorageError as exc:
         raise OptionError("path", log_dir, str(exc)) from exc
+    except OSError as exc:  # a path the system refuses (too long, not searchable, ...)
+        raise OptionError("path", log_dir, exc.strerror or str(exc)) from exc

@@ -95,6 +95,22 @@ def test_a_bad_offset_file_is_a_usage_error(
     assert cli("consume", "t", "-p", "0").out == lines(0, 600)  # nothing changed
 
 
+def test_an_offset_file_that_is_not_text_is_a_usage_error(
+    cli: Cli, log_dir: Path, tmp_path: Path
+) -> None:
+    # Found by the command-line fuzzer: a binary file was a UnicodeDecodeError traceback.
+    fill(log_dir)
+    path = tmp_path / "offsets.json"
+    path.write_bytes(b'{"partitions": \xff}')
+    result = cli("delete-records", "--offset-json-file", str(path))
+    assert result.code == 2
+    assert result.err == (
+        f"seglogfs delete-records: error: offset JSON file {path} is not UTF-8 text "
+        "(invalid start byte)\n"
+    )
+    assert cli("consume", "t", "-p", "0").out == lines(0, 600)  # nothing changed
+
+
 def damage_length(log_dir: Path, info: AppendInfo) -> None:
     segment = log_dir / "t-0" / f"{info.segment_base_offset:020d}.log"
     data = bytearray(segment.read_bytes())

@@ -12,18 +12,28 @@ the decoders and the broker-side validation of client batches; segment files hol
 mutated batches opened and read through a log; ``.properties`` text; view names;
 control-socket frames (random, mutated from a valid request of every op, extreme
 lengths, arguments of the wrong shape, deep nesting) against a real server, which must
-answer each with a well-formed reply or close, never log a traceback, and keep serving.
+answer each with a well-formed reply or close, never log a traceback, and keep serving;
+``user.seglog.*`` xattr values set and removed on a real mount (a documented errno or
+success, never ``EIO``, the mount answering, no ERROR line); Spark option maps planning
+batch and streaming reads and a write (the source's ``SeglogSparkError`` or the
+engine's errors: it found an ``OSError`` for a path too long, now ``OptionError``);
+``seglogfs`` argument lists (exit 0, 1 or 2, never a traceback).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import errno
+import io
 import json
 import logging
+import os
 import random
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -418,3 +428,306 @@ def test_fuzz_control_frames(tmp_path: Path) -> None:
 def test_fuzz_control_frames_long(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     _control_frames(tmp_path, 100_000)
+
+
+# -- xattr values through a mount ------------------------------------------------------
+
+_XATTR_KEYS = (
+    "segment.bytes",
+    "retention.ms",
+    "retention.bytes",
+    "cleanup.policy",
+    "min.cleanable.dirty.ratio",
+    "max.message.bytes",
+    "message.timestamp.type",
+    "compression.type",
+    "format",
+    "key.separator",
+    "partitions",
+    "flush.messages",
+    "index.interval.bytes",
+    "nonsense",
+)
+_XATTR_ERRNOS = {
+    errno.EINVAL,
+    errno.ENODATA,
+    errno.ENOTSUP,
+    errno.EPERM,
+    errno.E2BIG,
+    errno.ERANGE,
+    errno.ENOSPC,
+}
+"""What a refused ``setxattr``/``removexattr`` may say: never ``EIO`` (a handler
+error), never a dead mount."""
+
+
+def xattr_value(rng: random.Random) -> bytes:
+    kind = rng.randrange(8)
+    if kind == 0:
+        return rng.randbytes(rng.randint(0, 40))
+    if kind == 1:
+        return str(rng.choice([0, -1, 1, 1 << 31, 1 << 63, -(1 << 63), 10**30])).encode()
+    if kind == 2:
+        return rng.choice([b"compact", b"delete", b"compact,delete", b"lines", b"raw", b"json"])
+    if kind == 3:
+        return rng.choice([b"", b" ", b"\x00", b"\xff\xfe", b"1e9", b"0.5", b"nan", b"-0"])
+    if kind == 4:
+        return b"9" * rng.randint(1, 5000)
+    if kind == 5:
+        return rng.choice([b"CreateTime", b"LogAppendTime", b"gzip", b"zstd", b"producer"])
+    if kind == 6:
+        return rng.choice([b":", b"\t", b"=>", b"\n", "é".encode(), b"ab" * 50])
+    return str(rng.randint(-10, 10**7)).encode()
+
+
+def _xattr_call(target: Path, key: str, value: bytes | None) -> int | None:
+    """``setxattr`` (``removexattr`` when ``value`` is None); the errno of a refusal."""
+    try:
+        if value is None:
+            os.removexattr(target, key)
+        else:
+            os.setxattr(target, key, value)
+    except OSError as exc:
+        return exc.errno
+    return None
+
+
+def _fuzz_xattrs(tmp_path: Path, count: int) -> None:
+    """Random ``user.seglog.*`` values set and removed on topics and partition files of
+    a real mount: each call succeeds or fails with a documented errno, the mount keeps
+    answering, and the daemon logs no handler error."""
+    from tests.daemon.conftest import Mount, is_mounted
+
+    rng = random.Random(SEED + 7)
+    log_dir = tmp_path / "logs"
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    mount = Mount(log_dir, mountpoint, [], tmp_path / "daemon.log")
+    mount.start()
+    try:
+        for name in ("a", "b"):
+            (mountpoint / name).mkdir()
+        with open(mountpoint / "a" / "0", "a") as f:
+            f.write("k:v\n")
+        tried = refused = 0
+        started = time.monotonic()
+        for i in range(count):
+            topic = mountpoint / rng.choice(["a", "b"])
+            target = topic if rng.random() < 0.8 else topic / "0"
+            key = "user.seglog." + rng.choice(_XATTR_KEYS)
+            value = None if rng.random() < 0.15 else xattr_value(rng)
+            code = _xattr_call(target, key, value)
+            assert code is None or code in _XATTR_ERRNOS, f"{key}={value!r:.80} on {target}: {code}"
+            refused += code is not None
+            tried += 1
+            if i % 50 == 0:
+                assert is_mounted(mountpoint)
+                os.listdir(topic)  # the mount answers
+        assert is_mounted(mountpoint)
+        log = mount.log()
+        assert "Traceback" not in log, log[-3000:]
+        assert " ERROR " not in log, log[-3000:]
+        took = time.monotonic() - started
+        print(f"xattr values: {tried:,} inputs ({refused:,} refused), {took:.1f} s")
+        assert 0 < refused < tried  # both outcomes were reached
+    finally:
+        assert mount.stop() == 0, mount.log()[-3000:]
+
+
+@pytest.mark.skipif(not Path("/dev/fuse").exists(), reason="/dev/fuse is missing")
+def test_fuzz_xattr_values(tmp_path: Path) -> None:
+    _fuzz_xattrs(tmp_path, 600)
+
+
+@pytest.mark.long
+@pytest.mark.timeout(3600)
+@pytest.mark.skipif(not Path("/dev/fuse").exists(), reason="/dev/fuse is missing")
+def test_fuzz_xattr_values_long(tmp_path: Path) -> None:
+    _fuzz_xattrs(tmp_path, 20_000)
+
+
+# -- Spark options ----------------------------------------------------------------------
+
+_SPARK_KEYS = (
+    "path",
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "minPartitions",
+    "maxOffsetsPerTrigger",
+    "failOnDataLoss",
+    "includeHeaders",
+    "commitOffsets",
+    "kafka.group.id",
+    "topic",
+    "txnAppId",
+    "txnVersion",
+    "auto.create.topics.enable",
+)
+
+
+def spark_option_value(rng: random.Random, log_dir: str) -> str:
+    kind = rng.randrange(8)
+    if kind == 0:
+        return rng.choice(["earliest", "latest", "true", "false", "t", "t,u", "", " "])
+    if kind == 1:
+        return str(rng.choice([0, -1, -2, 1, 1 << 31, 1 << 63, 10**30]))
+    if kind == 2:
+        return json.dumps(_json_value(rng))
+    if kind == 3:
+        return rng.choice(['{"t": {"0": -2}}', '{"t": [0, 1]}', '{"t": {"0": 5}}', "{", "[1]"])
+    if kind == 4:
+        return rng.choice([log_dir, log_dir + "/nope", "/", "", "relative"])
+    if kind == 5:
+        return rng.choice(["t.*", "(", "[", "*", "a|b"])
+    if kind == 6:
+        return "".join(rng.choice('t{}[]":,0-9é\\') for _ in range(rng.randint(0, 20)))
+    return rng.choice(["error", "latest", "LATEST", "1e3", "0x10", "NaN"])
+
+
+def _fuzz_spark_options(tmp_path: Path, count: int) -> None:
+    """Random option maps given to the data source: planning a batch and a streaming
+    read and a write either works or fails with the source's documented errors
+    (``SeglogSparkError``: ``OptionError``, ``SinkError``) or the engine's."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from seglogfs.spark.errors import SeglogSparkError
+    from seglogfs.spark.source import SeglogDataSource
+
+    log_dir = tmp_path / "logs"
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic("t", 2)
+        manager.log("t", 0).append([b"a", b"b"])
+    rng = random.Random(SEED + 8)
+    sink_schema = StructType(
+        [StructField("value", BinaryType()), StructField("topic", StringType())]
+    )
+
+    def plan(options: object) -> None:
+        assert isinstance(options, dict)
+        source = SeglogDataSource(options)
+        # Python's re warns (FutureWarning, once) of a subscribePattern whose meaning a
+        # later Python may change ("[[": a nested set): a warning, not an error, as in
+        # Java's regular expressions, which Kafka uses.
+        with warnings.catch_warnings(), contextlib.suppress(SeglogSparkError):
+            warnings.simplefilter("ignore", FutureWarning)
+            schema = source.schema()
+            reader = source.reader(schema)
+            reader.partitions()
+            source.streamReader(schema)
+            source.writer(sink_schema, False)
+
+    def inputs() -> Iterator[dict[str, str]]:
+        for _ in range(count):
+            options = {"path": str(log_dir), "subscribe": "t"} if rng.random() < 0.5 else {}
+            for _ in range(rng.randint(0, 5)):
+                options[rng.choice(_SPARK_KEYS)] = spark_option_value(rng, str(log_dir))
+            yield options
+
+    run_target("Spark options", inputs(), plan)
+
+
+def test_fuzz_spark_options(tmp_path: Path) -> None:
+    _fuzz_spark_options(tmp_path, 2_000)
+
+
+@pytest.mark.long
+@pytest.mark.timeout(3600)
+def test_fuzz_spark_options_long(tmp_path: Path) -> None:
+    _fuzz_spark_options(tmp_path, 100_000)
+
+
+# -- command-line arguments ---------------------------------------------------------------
+
+_CLI_WORDS = (
+    "topics", "create", "list", "describe", "alter", "delete", "produce", "consume",
+    "dump", "verify", "delete-records", "compact", "groups", "reset-offsets", "--help",
+    "-d", "--partitions", "--config", "--add-config", "--delete-config", "--format",
+    "--key-separator", "--if-not-exists", "--if-exists", "-p", "-o", "-c", "-e", "-K",
+    "-g", "--reset", "--group", "--all-groups", "--to-offset", "--to-earliest",
+    "--execute", "--offset-json-file", "--print-data-log", "-q", "--broker-config",
+    "--version", "t", "u", "nope", "__consumer_offsets", "0", "-1", "3", "99999999999",
+    "end", "beginning", "@2026-11-22T10:00:00Z", "@x", "retention.ms=5", "segment.bytes=0",
+    "cleanup.policy=compact", "json", "raw", "lines", ":", "", "é", "a" * 300,
+)  # fmt: skip
+
+
+def _fuzz_cli(tmp_path: Path, count: int) -> None:
+    """Random argument lists to ``seglogfs`` (no daemon; ``mount``, ``serve-kafka`` and
+    ``--follow`` left out, which run until stopped): each exits 0, 1 or 2 with its
+    messages on stderr, never a traceback or another exception."""
+    from seglogfs.cli.main import main
+
+    log_dir = tmp_path / "logs"
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic("t", 2)
+        manager.log("t", 0).append([b"a", b"b"])
+    segment = str(log_dir / "t-0" / "00000000000000000000.log")
+    paths = (str(log_dir), segment, str(tmp_path / "missing"), str(tmp_path))
+    rng = random.Random(SEED + 9)
+    codes: collections.Counter[int] = collections.Counter()
+
+    def run(argv: object) -> None:
+        assert isinstance(argv, list)
+        with _standard_streams() as err:
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # argparse: --help, --version, usage errors
+                code = exc.code if isinstance(exc.code, int) else 0
+        message = err.getvalue().decode(errors="replace")
+        assert code in (0, 1, 2), (argv, code, message[-500:])
+        assert "Traceback" not in message, (argv, message[-2000:])
+        codes[code] += 1
+
+    def inputs() -> Iterator[list[str]]:
+        for _ in range(count):
+            argv = [rng.choice(_CLI_WORDS[:13])]
+            for _ in range(rng.randint(0, 6)):
+                argv.append(rng.choice(paths) if rng.random() < 0.2 else rng.choice(_CLI_WORDS))
+            if rng.random() < 0.7:
+                argv += ["-d", str(log_dir)]
+            yield argv
+
+    run_target("command lines", inputs(), run)
+    print(f"command lines: exit codes {dict(sorted(codes.items()))}")
+    assert set(codes) == {0, 1, 2}  # every outcome was reached
+
+
+@contextlib.contextmanager
+def _standard_streams() -> Iterator[io.BytesIO]:
+    """The command's stdin empty, its stdout (which may carry any bytes: a record's
+    value) and stderr captured as bytes; yields stderr's."""
+    import sys
+
+    saved = sys.stdin, sys.stdout, sys.stderr
+    err = io.BytesIO()
+    out = io.TextIOWrapper(io.BytesIO(), write_through=True)
+    err_text = io.TextIOWrapper(err, write_through=True)
+    with open(os.devnull) as stdin:
+        sys.stdin, sys.stdout, sys.stderr = stdin, out, err_text
+        try:
+            yield err
+        finally:
+            sys.stdin, sys.stdout, sys.stderr = saved
+            # Detached: a wrapper closes its buffer when it is collected.
+            with contextlib.suppress(ValueError):
+                err_text.flush()
+            err_text.detach()
+
+
+def test_fuzz_command_lines(tmp_path: Path) -> None:
+    _fuzz_cli(tmp_path, 1_500)
+
+
+@pytest.mark.long
+@pytest.mark.timeout(3600)
+def test_fuzz_command_lines_long(tmp_path: Path) -> None:
+    _fuzz_cli(tmp_path, 30_000)
