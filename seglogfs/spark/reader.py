@@ -2,10 +2,13 @@
 
 Planning (``SeglogBatchReader.partitions``, in Spark's planner process) opens the log
 directory read-only, resolves the subscription and the starting/ending offsets to one
-``OffsetRange`` per topic-partition (split further for ``minPartitions``, as Kafka's
-``KafkaOffsetRangeCalculator`` does), and narrows them with the filters Spark pushes
-down. Each task (``read_offset_range``) then reads its range straight from the segment
-files through a read-only ``LogManager`` (no daemon, no socket: readers never need the
+``OffsetRange`` per topic-partition, and narrows them with the filters Spark pushes
+down. The ranges then become Spark tasks: with ``minPartitions`` as Kafka's
+``KafkaOffsetRangeCalculator`` does (split to at least that many); without it by size,
+as Spark plans the files of ``spark.read.text`` (``plan_tasks``: a large range split by
+offsets, small ones packed into one task, ``OffsetRanges``). Each task
+(``read_offset_range``, once per range) then reads straight from the segment files
+through a read-only ``LogManager`` (no daemon, no socket: readers never need the
 writer) and yields Arrow record batches built from the engine's columns.
 
 Filter pushdown (Spark 4.1+ ``pushFilters``, enabled by ``register``): ``topic`` and
@@ -29,7 +32,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import pyarrow as pa
 from librt.strings import BytesWriter
@@ -86,6 +89,23 @@ class OffsetRange(InputPartition):
     @property
     def size(self) -> int:
         return self.end - self.start
+
+
+@dataclass(frozen=True)
+class OffsetRanges(InputPartition):
+    """Several small ranges one Spark task reads one after the other (``plan_tasks``),
+    as Spark packs small files into one task of ``spark.read.text``."""
+
+    ranges: tuple[OffsetRange, ...]
+
+
+MAX_PACKED_BYTES: Final = 128 << 20
+"""Ranges are packed into one task up to this many bytes of segments (``plan_tasks``):
+Spark's ``spark.sql.files.maxPartitionBytes`` default, up to which
+``spark.read.text`` packs small files into one task."""
+OPEN_COST_BYTES: Final = 4 << 20
+"""What a range costs beyond its bytes when ranges are packed into tasks: Spark's
+``spark.sql.files.openCostInBytes`` default."""
 
 
 TOPICS_FILE = "seglog-topics.json"
@@ -345,6 +365,88 @@ def read_offset_range(
     return arrow_batches(r.topic, r.partition, columns, projection=projection)
 
 
+def plan_tasks(
+    ranges: Sequence[OffsetRange], sizes: Sequence[int], cores: int
+) -> list[OffsetRange | OffsetRanges]:
+    """The read tasks of a batch query without ``minPartitions``, planned by size, as
+    Spark plans the files of ``spark.read.text`` (``FilePartition``), ``sizes`` being
+    the estimated segment bytes of ``ranges`` and each range counting
+    ``OPEN_COST_BYTES`` more:
+
+    - a range larger than the bytes per core (at least ``OPEN_COST_BYTES``) is split
+      by offsets into that many equal parts, so a topic of fewer partitions than
+      cores still keeps every core busy (a 1 GB partition on 2 cores: 2 tasks);
+    - ranges and parts, largest first, are packed into one task while it holds no more
+      than the bytes per core and ``MAX_PACKED_BYTES``, so many small partitions are
+      read by a few tasks (every task of a Python source pays a round trip to a
+      Python worker: 4 partitions of 25 MB on 2 cores are 2 tasks).
+
+    Unlike ``spark.read.text`` a range is not split below the bytes per core to
+    ``spark.sql.files.maxPartitionBytes`` (128 MiB): measured on 2 cores, 10^7 records
+    in 4 partitions read as 12 tasks took 3.07 s against 2.62 s as 4 (medians of 7).
+    Empty ranges are dropped.
+
+    Cost: O(parts log parts).
+    """
+    kept = [(r, max(size, 0)) for r, size in zip(ranges, sizes, strict=True) if r.size > 0]
+    if not kept:
+        return []
+    per_core = sum(size + OPEN_COST_BYTES for _, size in kept) / max(cores, 1)
+    split_bytes = int(max(OPEN_COST_BYTES, per_core))
+    packed_bytes = min(MAX_PACKED_BYTES, split_bytes)
+    parts: list[tuple[OffsetRange, float]] = []
+    for r, size in kept:
+        n = min(max(-(-size // split_bytes), 1), r.size)
+        step = r.size / n
+        bounds = [r.start + round(i * step) for i in range(n)] + [r.end]
+        parts += [
+            (OffsetRange(r.topic, r.partition, lo, hi, r.min_timestamp), size * (hi - lo) / r.size)
+            for lo, hi in itertools.pairwise(bounds)
+            if hi > lo
+        ]
+    parts.sort(key=lambda part: part[1], reverse=True)
+    tasks: list[list[OffsetRange]] = []
+    current: list[OffsetRange] = []
+    current_bytes = 0.0
+    for part, part_bytes in parts:
+        if current and current_bytes + part_bytes > packed_bytes:
+            tasks.append(current)
+            current, current_bytes = [], 0.0
+        current.append(part)
+        current_bytes += part_bytes + OPEN_COST_BYTES
+    tasks.append(current)
+    for task in tasks:
+        task.sort(key=_position)
+    tasks.sort(key=lambda task: _position(task[0]))
+    return [task[0] if len(task) == 1 else OffsetRanges(tuple(task)) for task in tasks]
+
+
+def _position(r: OffsetRange) -> tuple[str, int, int]:
+    return (r.topic, r.partition, r.start)
+
+
+def planner_cores() -> int:
+    """The cores Spark's tasks may use, as far as the planner can tell: its own (Spark
+    runs the planner of a Python source in a Python worker beside the driver, so this is
+    ``local[*]``'s parallelism; on a cluster the driver's cores only set the least
+    number of tasks a query gets, and partitions of ``MAX_PACKED_BYTES`` or more are
+    never packed, each read by one task or more as by Kafka's source)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def estimated_bytes(manager: LogManager, r: OffsetRange) -> int:
+    """The segment bytes of ``r``: its share of its log's bytes, by offsets (the
+    average record size of the retained log). Cost: O(segments of the log)."""
+    log = manager.log(r.topic, r.partition)
+    retained = log.log_end_offset - log.log_start_offset
+    if retained <= 0:
+        return 0
+    return log.size * r.size // retained
+
+
 def split_ranges(ranges: Sequence[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
     """Split ranges so that there are at least ``min_partitions`` (when they hold that
     many records), each range into parts in proportion to its size, as Kafka's
@@ -577,21 +679,33 @@ class SeglogBatchReader(UnpickledInTasks, DataSourceReader):
         return OffsetRange(tp[0], tp[1], start, end)
 
     def partitions(self) -> list[InputPartition]:
+        """The read tasks: with ``minPartitions``, Kafka's plan (one range per
+        topic-partition, split to at least that many, ``split_ranges``); without it,
+        ranges split and packed by size as ``spark.read.text`` plans files
+        (``plan_tasks``)."""
         freeze_worker_heap()  # Spark's planner process
         manager = open_read_only(self.opts.log_dir)
         try:
             planned = self.offset_ranges(manager)
+            narrowed = [n for r in planned if (n := self.pushdown.narrow(r)) is not None]
+            if self.opts.min_partitions is not None:
+                return list(split_ranges(narrowed, self.opts.min_partitions))
+            sizes = [estimated_bytes(manager, r) for r in narrowed]
         finally:
             manager.close()
-        narrowed = [n for r in planned if (n := self.pushdown.narrow(r)) is not None]
-        return list(split_ranges(narrowed, self.opts.min_partitions))
+        return list(plan_tasks(narrowed, sizes, planner_cores()))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, OffsetRanges):
+            return itertools.chain.from_iterable(map(self._read_range, partition.ranges))
         if not isinstance(partition, OffsetRange):
             return iter(())  # Spark's single placeholder partition of an empty plan
+        return self._read_range(partition)
+
+    def _read_range(self, r: OffsetRange) -> Iterator[pa.RecordBatch]:
         return read_offset_range(
             self.opts.log_dir,
-            partition,
+            r,
             projection=self.projection,
             fail_on_data_loss=self.opts.fail_on_data_loss,
         )

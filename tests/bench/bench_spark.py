@@ -26,7 +26,13 @@ median wall time of each is reported:
   .count().collect()`` (the file is the text analogue of the partition), for both
   ``groupBy`` and ``partition groupBy``;
 - baseline for ``value groupBy``: ``spark.read.text(files).groupBy(substring(value, 1,
-  2)).count().collect()``, the same query over the same strings.
+  2)).count().collect()``, the same query over the same strings;
+- ``floor count``, ``floor groupBy``: ``value count`` and ``value groupBy`` over a
+  Python source that decodes nothing (``floor_source``): the same tasks as seglog's
+  plan, each yielding one ready-made Arrow batch of 8192 of the same 100-byte values
+  again and again. What Spark itself costs a Python source for these rows (its
+  planning round trips, a Python worker per task, the Arrow stream and its conversion
+  to rows): the ceiling of any Python source, seglog's reader included.
 
 Rows/s = N / median. The ratio is seglog rows/s over text rows/s of the same query
 shape: higher is better, 1.0 means as fast as reading plain text files.
@@ -133,7 +139,61 @@ QUERIES = (
     "value groupBy",
     "partition count",
     "partition groupBy",
+    "floor count",
+    "floor groupBy",
 )
+
+
+def floor_source() -> type:
+    """The ``seglog-floor`` source (see the module docstring): seglog's plan, no
+    decoding. Defined in a function so that Spark's workers get it by value (cloudpickle)
+    without importing this file."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class FloorReader(DataSourceReader):
+        def __init__(self, options: dict[str, str], string: bool) -> None:
+            self.options = options
+            self.string = string
+
+        def partitions(self) -> list[InputPartition]:
+            from seglogfs.spark.options import ReadOptions
+            from seglogfs.spark.reader import SeglogBatchReader
+
+            return SeglogBatchReader(ReadOptions.parse(self.options, streaming=False)).partitions()
+
+        def read(self, partition: InputPartition) -> Any:
+            import numpy as np
+            import pyarrow as pa
+
+            from seglogfs.spark.reader import OffsetRange, OffsetRanges
+
+            rows = 8192
+            ranges: tuple[OffsetRange, ...] = (
+                partition.ranges if isinstance(partition, OffsetRanges) else (partition,)  # type: ignore[assignment]
+            )
+            for r in ranges:
+                data = b"".join(b"p%d-%012d-" % (r.partition, i) + b"x" * 84 for i in range(rows))
+                ends = np.arange(rows + 1, dtype=np.int32) * np.int32(VALUE_BYTES)
+                type_ = pa.string() if self.string else pa.binary()
+                values = pa.Array.from_buffers(
+                    type_, rows, [None, pa.py_buffer(ends), pa.py_buffer(data)]
+                )
+                batch = pa.RecordBatch.from_arrays([values], names=["value"])
+                for start in range(r.start, r.end, rows):
+                    yield batch if r.end - start >= rows else batch.slice(0, r.end - start)
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "seglog-floor"
+
+        def schema(self) -> str:
+            return "value binary"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return FloorReader(dict(self.options), schema.fields[0].dataType.typeName() == "string")
+
+    return FloorSource
 
 
 def bench_batch(
@@ -150,6 +210,10 @@ def bench_batch(
         reader = spark.read.format("seglog").option("subscribe", "bench")
         if schema is not None:
             reader = reader.schema(schema)
+        return lambda: reader.load(str(log_dir))
+
+    def floor(schema: str) -> Callable[[], Any]:
+        reader = spark.read.format("seglog-floor").option("subscribe", "bench").schema(schema)
         return lambda: reader.load(str(log_dir))
 
     text = spark.read.text(str(text_dir))
@@ -180,6 +244,8 @@ def bench_batch(
         "value groupBy": (grouped(seglog("value string"), tag), grouped(lambda: text, tag)),
         "partition count": (counted(seglog("partition int")), text_count),
         "partition groupBy": (grouped(seglog("partition int"), "partition"), text_by_file),
+        "floor count": (counted(floor("value binary")), text_count),
+        "floor groupBy": (grouped(floor("value string"), tag), grouped(lambda: text, tag)),
     }
     lines = []
     for name in queries:
@@ -340,6 +406,7 @@ def main() -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    spark.dataSource.register(floor_source())
     # The engine's decoding is most of a read's CPU: say which build ran, in the driver
     # and in the Python workers, which read the segment files (an edited engine source
     # makes both fall back to pure Python, several times slower).

@@ -12,7 +12,13 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from seglogfs.spark.arrow import Projection, arrow_schema
-from seglogfs.spark.reader import OffsetRange, read_offset_range
+from seglogfs.spark.reader import (
+    OffsetRange,
+    estimated_bytes,
+    plan_tasks,
+    planner_cores,
+    read_offset_range,
+)
 from storage import CompressionType, LogManager, TimestampType, build_record_batch
 from tests.conftest import ManualClock
 from tests.storage.test_kafka_compat import _legacy, _v2
@@ -204,7 +210,8 @@ def test_offset_ranges_and_timestamps(spark: Any, logs: Path) -> None:
 
 def test_pushdown_prunes_partitions_and_offsets(spark: Any, logs: Path) -> None:
     df = spark.read.format("seglog").option("subscribe", "plain").load(str(logs))
-    assert df.rdd.getNumPartitions() == 3
+    kafkas = spark.read.format("seglog").option("subscribe", "plain").option("minPartitions", "1")
+    assert kafkas.load(str(logs)).rdd.getNumPartitions() == 3  # one task per partition
     narrowed = df.where((F.col("partition") == 1) & (F.col("offset") >= 25))
     assert narrowed.rdd.getNumPartitions() == 1
     assert [r.offset for r in narrowed.orderBy("offset").collect()] == [25, 26, 27, 28, 29]
@@ -218,6 +225,39 @@ def test_pushdown_prunes_partitions_and_offsets(spark: Any, logs: Path) -> None:
     assert split_df.groupBy("partition").count().orderBy("partition").collect() == [
         (0, 30), (1, 30), (2, 30),
     ]  # fmt: skip
+
+
+def test_default_plan_splits_and_packs_as_text_does(spark: Any, tmp_path: Path) -> None:
+    """Without ``minPartitions`` a large partition is read by several tasks and small
+    ones share a task (``plan_tasks``): every record is read exactly once either way."""
+    path = tmp_path / "logs"
+    with LogManager.open(path) as manager:
+        manager.create_topic("big", 1)
+        manager.create_topic("small", 3)
+        log = manager.log("big", 0)
+        for start in range(0, 120_000, 1000):  # 12 MB: split on 2 cores or more
+            log.append([b"%09d-" % i + b"x" * 90 for i in range(start, start + 1000)])
+        for p in range(3):
+            manager.log("small", p).append([b"s%d-%d" % (p, i) for i in range(10)])
+        big = OffsetRange("big", 0, 0, 120_000)
+        expected_tasks = len(plan_tasks([big], [estimated_bytes(manager, big)], planner_cores()))
+        smalls = [OffsetRange("small", p, 0, 10) for p in range(3)]
+        sizes = [estimated_bytes(manager, r) for r in smalls]
+        expected_small_tasks = len(plan_tasks(smalls, sizes, planner_cores()))
+    df = spark.read.format("seglog").option("subscribe", "big").schema("offset bigint")
+    big_df = df.load(str(path))
+    assert big_df.rdd.getNumPartitions() == expected_tasks
+    if planner_cores() >= 2:
+        assert expected_tasks >= 2
+    offsets = big_df.agg(F.count("*"), F.countDistinct("offset"), F.min("offset"), F.max("offset"))
+    assert tuple(offsets.first()) == (120_000, 120_000, 0, 119_999)
+    small = spark.read.format("seglog").option("subscribe", "small").load(str(path))
+    assert small.rdd.getNumPartitions() == expected_small_tasks
+    if planner_cores() <= 2:
+        assert expected_small_tasks < 3  # packed
+    assert sorted((r.partition, r.offset, r.value) for r in small.collect()) == [
+        (p, i, b"s%d-%d" % (p, i)) for p in range(3) for i in range(10)
+    ]
 
 
 def test_option_errors_reach_the_user(spark: Any, logs: Path) -> None:

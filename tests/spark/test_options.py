@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from pathlib import Path
 
 import pytest
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan
 
+from seglogfs.spark import reader as reader_module
 from seglogfs.spark.errors import DataLossError, OptionError
 from seglogfs.spark.options import (
     ReadOptions,
@@ -17,12 +19,26 @@ from seglogfs.spark.options import (
     resolve_starting_offsets,
     to_json_offsets,
 )
-from seglogfs.spark.reader import OffsetRange, SeglogBatchReader, split_ranges
+from seglogfs.spark.reader import (
+    MAX_PACKED_BYTES,
+    OPEN_COST_BYTES,
+    OffsetRange,
+    OffsetRanges,
+    SeglogBatchReader,
+    plan_tasks,
+    split_ranges,
+)
 from seglogfs.spark.stream import rate_limit
 from storage import LogManager
 from tests.conftest import ManualClock
 
 TS = 1_700_000_000_000
+
+
+@pytest.fixture(autouse=True)
+def two_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plans as on a machine of 2 cores, whatever this one has (``plan_tasks``)."""
+    monkeypatch.setattr(reader_module, "planner_cores", lambda: 2)
 
 
 def _parse(streaming: bool = False, **options: str) -> ReadOptions:
@@ -218,6 +234,107 @@ def test_split_ranges_is_proportional() -> None:
     assert len([r for r in split if r.partition == 0]) == 9
     assert sum(r.size for r in split) == 100
     assert split_ranges(ranges, None) == ranges[:2]
+
+
+MiB = 1 << 20
+
+
+def _pieces(tasks: list[OffsetRange | OffsetRanges]) -> list[list[tuple[int, int, int]]]:
+    return [
+        [(r.partition, r.start, r.end) for r in (t.ranges if isinstance(t, OffsetRanges) else (t,))]
+        for t in tasks
+    ]
+
+
+def test_plan_tasks_splits_a_range_to_keep_every_core_busy() -> None:
+    # 1000 MiB in one partition on 2 cores: two tasks of half the offsets each, the
+    # minimum timestamp kept; on 8 cores eight.
+    big = OffsetRange("t", 0, 100, 10_000_100, 42)
+    tasks = plan_tasks([big], [1000 * MiB], cores=2)
+    assert tasks == [
+        OffsetRange("t", 0, 100, 5_000_100, 42), OffsetRange("t", 0, 5_000_100, 10_000_100, 42),
+    ]  # fmt: skip
+    pieces = [p for [p] in _pieces(plan_tasks([big], [1000 * MiB], cores=8))]
+    assert len(pieces) == 8
+    assert pieces[0][1] == 100
+    assert pieces[-1][2] == 10_000_100
+    assert all(a[2] == b[1] for a, b in itertools.pairwise(pieces))
+    assert {p[2] - p[1] for p in pieces} == {1_250_000}
+    # Ranges already as many as the cores are not split: four of 250 MiB on 2 cores
+    # stay four tasks (too large to be packed), as Kafka's source plans them.
+    four = [OffsetRange("t", p, 0, 2_500_000) for p in range(4)]
+    assert plan_tasks(four, [250 * MiB] * 4, cores=2) == four
+    # 40 MiB on 2 cores: tasks of (40 + 4) / 2 = 22 MiB at most, so 2.
+    assert _pieces(plan_tasks([OffsetRange("t", 0, 0, 1000)], [40 * MiB], cores=2)) == [
+        [(0, 0, 500)], [(0, 500, 1000)],
+    ]  # fmt: skip
+    # A range under OPEN_COST_BYTES is never split.
+    assert plan_tasks([OffsetRange("t", 0, 0, 1000)], [MiB], cores=64) == [
+        OffsetRange("t", 0, 0, 1000)
+    ]
+
+
+def test_plan_tasks_packs_small_ranges_as_text_packs_small_files() -> None:
+    # Four 25 MiB partitions on 2 cores: (4 * (25 + 4)) / 2 = 58 MiB a task, two
+    # ranges each (25 + 4 + 25 <= 58), so two tasks, not four.
+    ranges = [OffsetRange("t", p, 0, 250_000) for p in range(4)]
+    tasks = plan_tasks(ranges, [25 * MiB] * 4, cores=2)
+    assert _pieces(tasks) == [
+        [(0, 0, 250_000), (1, 0, 250_000)], [(2, 0, 250_000), (3, 0, 250_000)],
+    ]  # fmt: skip
+    # On 8 cores the same data is read by eight tasks: 4 * 29 / 8 = 14.5 MiB a task,
+    # so each partition in two halves.
+    assert _pieces(plan_tasks(ranges, [25 * MiB] * 4, cores=8)) == [
+        [(p, lo, lo + 125_000)] for p in range(4) for lo in (0, 125_000)
+    ]
+    # Tiny ranges count OPEN_COST_BYTES each: on one core a task takes 12 MiB, so
+    # all three; on 4 cores a task takes 4 MiB, so one each.
+    tiny = [OffsetRange("t", p, 0, 10) for p in range(3)]
+    assert len(plan_tasks(tiny, [1000] * 3, cores=1)) == 1
+    assert len(plan_tasks(tiny, [1000] * 3, cores=4)) == 3
+
+
+def test_plan_tasks_reads_every_offset_once() -> None:
+    ranges = [
+        OffsetRange("a", 0, 0, 7_000_000),
+        OffsetRange("a", 1, 5, 5),  # empty: dropped
+        OffsetRange("a", 2, 10, 13),  # 3 records of 100 MiB
+        OffsetRange("a", 3, 0, 1),  # 1 record of 300 MiB: cannot be split
+        OffsetRange("b", 0, 0, 20_000),
+    ]
+    sizes = [700 * MiB, 0, 300 * MiB, 300 * MiB, 2 * MiB]
+    per_record = {
+        (r.topic, r.partition): size / max(r.size, 1) for r, size in zip(ranges, sizes, strict=True)
+    }
+    expected = sorted((r.topic, r.partition, o) for r in ranges for o in range(r.start, r.end))
+    for cores in (1, 2, 3, 16):
+        tasks = plan_tasks(ranges, sizes, cores)
+        parts = [t.ranges if isinstance(t, OffsetRanges) else (t,) for t in tasks]
+        read = sorted(
+            (r.topic, r.partition, o) for rs in parts for r in rs for o in range(r.start, r.end)
+        )
+        assert read == expected
+        # Tasks of several ranges hold no more than MAX_PACKED_BYTES; on a few cores
+        # every core has a task (on 16, 82 MiB a core: 9 + 3 + 1 + 1 tasks).
+        for rs in parts:
+            task_bytes = sum(per_record[(r.topic, r.partition)] * r.size for r in rs)
+            assert len(rs) == 1 or task_bytes <= MAX_PACKED_BYTES
+        assert len(tasks) >= min(cores, 14)
+    assert plan_tasks([], [], 2) == []
+    assert plan_tasks([OffsetRange("a", 0, 3, 3)], [0], 2) == []
+    assert OPEN_COST_BYTES < MAX_PACKED_BYTES
+
+
+def test_min_partitions_keeps_kafkas_plan(tmp_path: Path, clock: ManualClock) -> None:
+    """With ``minPartitions`` the plan is Kafka's: one range per topic-partition at
+    least, never packed, whatever the sizes."""
+    path = _log_dir(tmp_path, clock)
+    one = SeglogBatchReader(
+        ReadOptions.parse(
+            {"path": str(path), "subscribe": "t", "minPartitions": "1"}, streaming=False
+        )
+    )
+    assert one.partitions() == [OffsetRange("t", 0, 0, 10), OffsetRange("t", 1, 0, 5)]
 
 
 def test_rate_limit_shares_by_backlog() -> None:
