@@ -39,10 +39,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from storage import CorruptRecordError
+from storage import CompressionType, CorruptRecordError
+from storage.log.segment import gap_disproved
 from storage.record.json_format import render_json_data
 from storage.record.record_batch import (
     HEADER_SIZE_UP_TO_MAGIC,
+    MAGIC_V2,
     RecordBatch,
     batch_size_at,
     iter_batches,
@@ -135,12 +137,22 @@ def fill(files: SegmentFiles, request: FillRequest, arena: memoryview) -> FillRe
     Cost: O(bytes): one ``pread`` per MiB, the CRC and one rendering per batch, one copy
     into the slot.
 
+    Every batch's offsets must go on from the ones before (``next_offset``): a base
+    offset lies outside the CRC, and a flipped bit there would serve the batch's records
+    under offsets they never had (a ``json`` topic prints them; every other format loses
+    their place). A batch after a gap of offsets (compaction's) is rendered only when
+    the batch after it in the same read does not disprove the gap (``gap_disproved``,
+    as the daemon's own read, ``Log.batches``, judges it); any other batch whose offsets
+    do not follow ends the fill before it, or, as the first, makes it render nothing:
+    the daemon's own read renders those bytes, and reports the damage if there is any.
+
     Raises:
         CorruptRecordError: the first batch fails its CRC, does not parse or runs past
             a final ``end``, or the batch at ``position`` is not the one holding
-            ``next_offset`` (the daemon's view and the file disagree). A bad batch
-            after good ones ends the fill early instead: the next fill begins with it
-            and raises.
+            ``next_offset`` (the daemon's view and the file disagree, or its base
+            offset is damaged downwards). A bad batch after good ones ends the fill
+            early instead: the next fill begins with it and raises (or renders
+            nothing).
         OSError: the file cannot be opened or read.
     """
     out = arena[request.slot_start : request.slot_start + request.capacity]
@@ -160,18 +172,33 @@ def fill(files: SegmentFiles, request: FillRequest, arena: memoryview) -> FillRe
             break  # the bytes before it are good: the next fill starts there and fails
         if not batches:
             break  # no further complete batch below `end`
-        for batch in batches:
+        for n, batch in enumerate(batches):
+            after = batches[n + 1] if n + 1 < len(batches) else None
             if first:
                 first = False
-                # The batch holding next_offset; with nothing of it taken yet, a later
-                # one also fits (offsets a compacted Kafka log no longer has).
-                holds = batch.base_offset <= next_offset < batch.next_offset
-                if not holds and not (skip == 0 and batch.base_offset >= next_offset):
+                # The batch holding next_offset, which begins there (the daemon's view
+                # and the file agree); with nothing of it taken yet, a later one after
+                # a gap also fits (offsets a compacted log no longer has) when nothing
+                # disproves the gap.
+                if skip:
+                    # The one the fill before cut: its rest.
+                    wrong = batch.base_offset != next_offset
+                else:
+                    wrong = batch.last_offset < next_offset or (
+                        batch.magic >= MAGIC_V2 and batch.base_offset < next_offset
+                    )
+                if wrong:
                     raise CorruptRecordError(
                         f"the batch at {position} holds offsets {batch.base_offset}.."
                         f"{batch.last_offset}, not {next_offset}",
                         position=position,
                     )
+                if not skip and not _follows(batch, next_offset, after):
+                    return FillResult(0, next_offset, position, skip)  # the daemon judges
+            elif not _follows(batch, next_offset, after):
+                # Not the offsets after the ones served: the next fill begins with it
+                # (and renders nothing), so the daemon's own read judges it.
+                return FillResult(written, next_offset, position, skip)
             if not batch.is_valid():
                 if written:
                     # Serve what came before, as the daemon's own read does; the next
@@ -196,6 +223,33 @@ def fill(files: SegmentFiles, request: FillRequest, arena: memoryview) -> FillRe
             if written == capacity:
                 break
     return FillResult(written, next_offset, position, skip)
+
+
+def _follows(batch: RecordBatch, next_offset: int, after: RecordBatch | None) -> bool:
+    # Whether ``batch`` may come right after the offsets before ``next_offset``. A v2
+    # batch begins at ``next_offset``, or past it after a gap that ``after`` (the next
+    # batch of the same read; None: not known) does not disprove. A legacy entry is
+    # known by its last offset (its own, outside the CRC; a v0 wrapper's inner offsets
+    # may be relative, as kafka-python writes them): one message at ``next_offset``, a
+    # compressed wrapper's last within as many offsets as it holds messages. Anything
+    # else (a legacy entry after a gap, a gap with no batch after it in this read) is
+    # left to the daemon's read (``Log.batches``), which judges it.
+    # Cost: a few header fields (a legacy wrapper is decompressed once: its rendering
+    # uses the same records).
+    if batch.magic < MAGIC_V2:
+        last = batch.last_offset
+        try:
+            if batch.codec is CompressionType.NONE:
+                return last == next_offset
+            return next_offset <= last < next_offset + len(batch.records())
+        except CorruptRecordError:
+            return False  # does not decode: the daemon's read reports it
+    base = batch.base_offset
+    if base == next_offset:
+        return True
+    if base < next_offset or after is None:
+        return False
+    return gap_disproved(batch, next_offset - 1, after, None) is None
 
 
 def _batches(fd: int, position: int, end: int, end_is_final: bool) -> list[RecordBatch]:

@@ -147,6 +147,30 @@ def _framed(
         yield exc
 
 
+def _batch_ending_at(segment: LogSegment, position: int) -> RecordBatch | None:
+    """The batch of ``segment`` that ends at byte ``position`` (None: none that a scan
+    from the last offset-index entry before it frames, or ``position`` is 0). Cost: a
+    scan of about ``index.interval.bytes``."""
+    if position <= 0:
+        return None
+    index = segment.offset_index
+    try:
+        n = index.first_entry_after(position - 1) - 1
+        start = index.entry(n)[1] if n >= 0 else 0
+    except (IndexError, ValueError):
+        return None
+    if not 0 <= start < position:
+        start = 0
+    try:
+        for batch in segment.batches(start):
+            end = batch.position + batch.size
+            if end >= position:
+                return batch if end == position else None
+    except CorruptRecordError:
+        return None
+    return None
+
+
 def _offset_span(batch: RecordBatch) -> int:
     """How many offsets ``batch`` spans by its last offset delta (covered by the CRC,
     unlike its base offset); 1 for a legacy entry."""
@@ -794,6 +818,13 @@ class Log:
         # every later one goes on from the offset after the last one served.
         first_batch = True
         after_damage = False
+        # A read at the offset after a batch (where a reader that read on goes on) also
+        # scans that batch, to judge the next one as coming after it: a base offset
+        # damaged downwards (outside the CRC) otherwise made the read serve that batch
+        # under offsets it never had (it seemed to hold ``start_offset``), or skip it
+        # (its offsets seemed to end below) and go on after a gap.
+        look_back = offset > segment.base_offset
+        before: RecordBatch | None = None  # that batch, until the next item
         while True:
             following = self.segments.higher_segment(segment.base_offset)
             tail = Tail.ACTIVE if following is None else Tail.SEALED
@@ -802,9 +833,15 @@ class Log:
             limit = segment.base_offset + _RELATIVE_OFFSETS
             if following is not None:
                 limit = min(limit, following.base_offset)
+            # A read that enters the segment at its base offset takes its batches from
+            # its first byte: a batch there whose offsets seem to end below the base
+            # offset (its base offset damaged downwards) was passed over in silence.
+            entering = offset <= segment.base_offset
             items: Generator[RecordBatch | CorruptRecordError, None, None] | None = None
             try:
-                items = _framed(segment.batches_from(offset, tail=tail))
+                items = _framed(
+                    segment.batches_from(offset - 1 if look_back else offset, tail=tail)
+                )
                 # The item after a batch after a gap, read ahead to judge that batch.
                 ahead: RecordBatch | CorruptRecordError | None = None
                 peeked = False
@@ -813,11 +850,87 @@ class Log:
                         item, ahead, peeked = ahead, None, False
                     else:
                         item = next(items, None)
+                    if look_back:
+                        look_back = False
+                        if (
+                            item is not None
+                            and not isinstance(item, CorruptRecordError)
+                            and item.last_offset < offset
+                        ):
+                            # The batch before ``start_offset``: not served (nor its
+                            # CRC checked); the next one must go on after it.
+                            first_batch = False
+                            before = item
+                            continue
+                        if (
+                            item is not None
+                            and not isinstance(item, CorruptRecordError)
+                            and item.magic >= MAGIC_V2
+                            and item.base_offset < offset
+                        ):
+                            # The read starts inside this batch: judge it as a read
+                            # from the batch before it would (a base offset damaged
+                            # upwards made it seem to hold offsets past its own, to be
+                            # served under them). Errors name no offset below
+                            # ``start_offset`` still.
+                            previous = _batch_ending_at(segment, item.position)
+                            if previous is not None or item.position == 0:
+                                first_batch = False
+                                offset = (
+                                    segment.base_offset
+                                    if previous is None
+                                    else previous.next_offset
+                                )
+                                items.close()
+                                items = _framed(segment.batches(item.position, tail=tail))
+                                continue
+                        if isinstance(item, CorruptRecordError):
+                            # Damaged framing before the batch holding the offset: no
+                            # batch before to judge by; read from the offset as it is.
+                            items.close()
+                            items = _framed(segment.batches_from(offset, tail=tail))
+                            continue
+                    if entering:
+                        entering = False
+                        if (
+                            item is not None
+                            and not isinstance(item, CorruptRecordError)
+                            and item.position > 0
+                        ):
+                            error = CorruptRecordError(
+                                f"the batches before byte {item.position} hold offsets "
+                                f"below the segment's base offset {segment.base_offset}",
+                                segment.path,
+                                0,
+                                offset=offset,
+                            )
+                            if on_corrupt is None:
+                                raise error
+                            first_batch, after_damage = False, True
+                            on_corrupt(error, offset)
                     if isinstance(item, CorruptRecordError):
                         # Damaged framing: this scan can go no further.
                         error = CorruptRecordError(
-                            item.reason, segment.path, item.position, offset=offset
+                            item.reason,
+                            segment.path,
+                            item.position,
+                            offset=max(offset, start_offset),
                         )
+                        if (
+                            before is not None
+                            and before.position + before.size == item.position
+                            and not before.is_valid()
+                        ):
+                            # Right after the batch before the read, which fails its
+                            # CRC: its damaged length framed the garbage (as
+                            # ``LogSegment.batches_from`` blames a batch it passed over).
+                            error = CorruptRecordError(
+                                "CRC mismatch",
+                                segment.path,
+                                before.position,
+                                offset=max(offset, start_offset),
+                            )
+                        before = None
                         if on_corrupt is None:
                             raise error from None
                         resume = segment.resume_after(item.position, tail)
@@ -830,7 +943,7 @@ class Log:
                         offset = resume[1]
                         items = _framed(segment.batches(resume[0], tail=tail))
                         continue
-                    batch = item
+                    batch, before = item, None
                     if batch is None:
                         if tail is Tail.ACTIVE:
                             later = self.segments.higher_segment(segment.base_offset)
@@ -864,12 +977,12 @@ class Log:
                         # Its offsets are not to be trusted: the first one not served
                         # is the one expected, and the batch spans as many offsets as
                         # its (CRC-covered) last offset delta says.
-                        error_offset = offset
+                        error_offset = max(offset, start_offset)
                         resume_at = min(offset + max(_offset_span(batch), 1), limit)
                     elif check_crc and not batch.is_valid():
                         # Not its base offset: outside the CRC, damaged too maybe.
                         problem = "CRC mismatch"
-                        error_offset = offset
+                        error_offset = max(offset, start_offset)
                         resume_at = max(offset, min(batch.next_offset, limit))
                     else:
                         yield segment, batch
@@ -1305,7 +1418,9 @@ class Log:
         telling ``on_step`` after each ``CleaningStep`` of each segment.
 
         The order is important, and each step is durable (the directory fsynced)
-        before the next. (1) ``.cleaned`` -> ``.swap``: the commit point of each
+        before the next. (0) With an extension index, the extension-start checkpoint
+        names the first segment the groups leave in place (its units hold before and
+        after). (1) ``.cleaned`` -> ``.swap``: the commit point of each
         segment. Before it a crash leaves ``.cleaned`` files the loader removes, and
         the old segments whole; after it the loader completes the swap
         (``log_loader._complete_swaps``). (2) The new segments take the old ones'
@@ -1344,6 +1459,21 @@ class Log:
                 )
             relaid = self._lay_out_units(groups)
             try:
+                if self.extension is not None:
+                    # Before any commit point, the extension-start checkpoint names the
+                    # first segment the pass keeps (its units stay): right for the old
+                    # segments and the new alike, and for any mix a power cut leaves
+                    # (each .swap rename is a commit point of its own, and the loader
+                    # rebuilds a completed swap's index from this anchor: neither the
+                    # old checkpoint, naming the oldest segment's old units, nor the
+                    # kept segment's entry 0, maybe never synced, can say).
+                    following = self.segments.higher_segment(groups[-1].old[-1].base_offset)
+                    assert following is not None, "the groups end before a kept segment"
+                    write_extension_start_checkpoint(
+                        self.dir / self.extension.start_checkpoint_name,
+                        following.base_offset,
+                        following.extension_start,
+                    )
                 for group in groups:
                     group.segment.change_file_suffixes(CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
                 fsync_directory(self.dir)

@@ -23,10 +23,12 @@ Writable open, in order:
 4. Mark holes of offsets between segments (``_mark_holes``): a missing segment file.
 5. Make room in the active segment's indexes; derive the log end offset.
 
-A read-only open changes no file: stale temporaries are ignored, indexes that need a
-rebuild are rebuilt in a private scratch directory, and an invalid tail is hidden from
-readers instead of cut; the hidden tail stays hidden on ``refresh_segments`` until a
-writer has recovered the log (``HiddenTail``).
+A read-only open changes no file: stale temporaries are ignored, a committed cleaning
+swap is read in place of the segments it covers (``_swapped_view``), indexes that need
+a rebuild are rebuilt in a private scratch directory (after an unclean shutdown, the
+extension index of every segment recovery re-validates), and an invalid tail is hidden
+from readers instead of cut; the hidden tail stays hidden on ``refresh_segments`` until
+a writer has recovered the log (``HiddenTail``).
 
 Cost (a log of n segments): each segment's files are opened once, in one pass (Kafka
 maps an index on first use; here the process's ``OpenSegments`` bound releases them
@@ -43,14 +45,20 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..clock import Clock
 from ..errors import CorruptCheckpointError, CorruptIndexError, CorruptRecordError, StorageError
 from ..record.file_records import FileRecords
-from ..record.record_batch import HEADER_SIZE_UP_TO_MAGIC, batch_size_at, read_batch
+from ..record.record_batch import (
+    HEADER_SIZE_UP_TO_MAGIC,
+    MAGIC_V2,
+    RecordBatch,
+    batch_size_at,
+    read_batch,
+)
 from .checkpoint import read_extension_start_checkpoint
 from .extension_index import ExtensionIndex, ExtensionIndexSpec
 from .file_names import (
@@ -187,6 +195,9 @@ def _load_log(
     elif not directory.is_dir():
         raise StorageError(f"log directory {directory} does not exist")
     names = set(os.listdir(directory))
+    suffixes: dict[int, str] = {}
+    if not writable:
+        names, suffixes = _swapped_view(directory, names, extension)
     load = _Pass(
         directory,
         config,
@@ -198,6 +209,7 @@ def _load_log(
         recovery_point=None if had_clean_shutdown else recovery_point,
         clean_end=recovery_point if had_clean_shutdown and recovery_point > 0 else None,
         opened=opened,
+        suffixes=suffixes,
     )
     segments = load.run()
     if not had_clean_shutdown:
@@ -272,8 +284,11 @@ class _Pass:
         recovery_point: int | None,
         clean_end: int | None,
         opened: list[LogSegment],
+        suffixes: dict[int, str] | None = None,
     ) -> None:
         self.directory = directory
+        self.suffixes = suffixes or {}
+        """A read-only open's segments read from a committed ``.swap`` (``_swapped_view``)."""
         self.opened = opened
         """Every segment the pass opens (the caller's: closed if the load fails)."""
         self.config = config
@@ -300,6 +315,9 @@ class _Pass:
         self.extension_checkpoint: tuple[int, int] | None = None
         self.settled: set[int] = set()
         """Segments whose extension units are settled."""
+        self.extension_rebuilds: set[int] = set()
+        """A reader's re-validated segments: their extension index is rebuilt (in scratch
+        space) whatever it holds (``_recover_from``)."""
         self.hidden_tail: HiddenTail | None = None
         """A reader's: the active segment's tail it hides (see ``_check``)."""
 
@@ -315,10 +333,14 @@ class _Pass:
             self.extension_checkpoint = _extension_start_checkpoint(
                 self.directory / extension.start_checkpoint_name
             )
+        checkpoint = self.extension_checkpoint
         in_pass = extension is not None and (
             not bases
-            or bases[0] not in self.extension_missing
-            or (self.extension_checkpoint is not None and self.extension_checkpoint[0] == bases[0])
+            or (checkpoint is not None and checkpoint[0] == bases[0])
+            or (
+                bases[0] not in self.extension_missing
+                and not (checkpoint is not None and checkpoint[0] in bases[1:])
+            )
         )
         opened: list[LogSegment] = []
         previous: LogSegment | None = None
@@ -330,6 +352,7 @@ class _Pass:
                 self.config,
                 self.now,
                 writable=self.writable,
+                file_suffix=self.suffixes.get(base, ""),
                 extension_spec=extension,
             )
             opened.append(segment)
@@ -455,22 +478,52 @@ class _Pass:
                 values, self.extension_missing, self.extension_checkpoint
             )
         else:
-            expected = _expected_after(values[first - 1], values[first])
+            expected = self._expected_after(values[first - 1], values[first])
         _load_extensions(
-            values[first:], self.config, self.writable, self.scratch, expected, self.settled
+            values[first:],
+            self.config,
+            self.writable,
+            self.scratch,
+            expected,
+            self.settled,
+            self.extension_rebuilds,
+            expected_after=self._expected_after,
         )
+
+    def _expected_after(self, previous: LogSegment, segment: LogSegment) -> int | None:
+        # ``_expected_after``, but after a hole of offsets (a missing segment) as the
+        # pass settles it (``_start_after_hole``): the segments recovery re-validated
+        # went on from the previous segment's end, and every position after a missing
+        # segment moved back by its bytes (a crashed log's reader, through the mount).
+        previous_end = self.ends.get(previous.base_offset)
+        if previous_end is not None and previous_end < segment.base_offset:
+            return self._start_after_hole(segment, previous.extension_end)
+        return _expected_after(previous, segment)
 
 
 def _ends_before(segment: LogSegment, following: int) -> bool:
-    """Whether an index entry names offset ``following - 1``: the segment's last batch
-    ends right before the next segment (no hole). The final time-index entry usually
-    names the last batch (the max timestamp is the newest). An entry is not proof of
-    the batch (indexes are hints), but only a hole that garbage happens to name could
-    be missed. Cost: the last entry of each index, in memory."""
+    """Whether the segment's last batch ends right before the next segment (no hole),
+    proven without a scan: its last offset-index entry names offset ``following - 1``,
+    and the batch there ends at that offset and at the end of the file. (An index entry
+    alone is no proof: a sealed segment cut at a batch boundary kept index entries, the
+    time index's final one among them, naming the batches it lost, and the read went on
+    at the next segment without them, in silence.) Otherwise the caller scans the tail.
+    Cost: the last index entry, in memory, and one batch read."""
     last = following - 1
-    time_index, offset_index = segment.time_index, segment.offset_index
-    return (time_index.entries > 0 and time_index.last_entry[1] == last) or (
-        offset_index.entries > 0 and offset_index.last_offset == last
+    offset_index = segment.offset_index
+    if offset_index.entries == 0 or offset_index.last_offset != last:
+        return False
+    _offset, position = offset_index.lookup(last)
+    if not 0 <= position < segment.size:
+        return False
+    try:
+        batch = next(segment.batches(position), None)
+    except CorruptRecordError:
+        return False
+    return (
+        batch is not None
+        and batch.last_offset == last
+        and batch.position + batch.size == segment.size
     )
 
 
@@ -479,15 +532,45 @@ def _framed_end(segment: LogSegment) -> tuple[int, int]:
     batch headers (no CRC) from its last offset-index entry, checked against the batch
     it names (a wrong one is ignored and the segment scanned whole): ``read_next_offset``
     that a damaged index cannot misdirect, and that says whether the batches frame to
-    the end. Cost: a scan of the batches after the last index entry."""
-    entry_offset, _position = segment.offset_index.lookup(2**63 - 1)
+    the end. Framing also stops at a batch whose offsets cannot be where it lies
+    (``_offsets_impossible``): its end offset would be garbage (a flipped last offset
+    delta, inside the CRC but not checked here, made the log end -2147483251 and every
+    offset out of range; a base offset flipped downwards, outside the CRC, would hand
+    out offsets again). Cost: a scan of the batches after the last index entry."""
+    entry_offset, position = segment.offset_index.lookup(2**63 - 1)
+    if not 0 < position < segment.size:
+        # No entry, or one past the end of the file (a segment cut short keeps index
+        # entries naming the batches it lost: an offset lookup scanned the whole
+        # segment for them, found none, and the segment seemed to frame nothing, so a
+        # hole after it went unmarked and reads passed over it in silence).
+        position = 0
+    else:
+        try:
+            named = next(segment.batches(position), None)
+        except CorruptRecordError:
+            named = None
+        if named is None or named.last_offset != entry_offset:
+            position = 0  # a wrong entry: scan it all
     end, framed_to = segment.base_offset, 0
     try:
-        for batch in segment.batches_from(entry_offset):
+        for batch in segment.batches(position):
+            if _offsets_impossible(batch, end):
+                break
             end, framed_to = batch.next_offset, batch.position + batch.size
     except CorruptRecordError:
         pass  # an impossible header: framing stops at the batch before it
     return end, framed_to
+
+
+def _offsets_impossible(batch: RecordBatch, after: int) -> bool:
+    """Whether ``batch``'s header offsets cannot follow offset ``after - 1`` (the batch
+    before it ends there; the segment's base offset for its first batch): they go
+    back, or (v2) its last offset lies before its base offset. Legacy entries are
+    judged by their last offset (a compressed wrapper's first costs a decompression).
+    A gap (compaction's) is not impossible. Cost: a few header fields."""
+    if batch.last_offset < after:
+        return True
+    return batch.magic >= MAGIC_V2 and not after <= batch.base_offset <= batch.last_offset
 
 
 def _settle_extension(
@@ -496,20 +579,25 @@ def _settle_extension(
     config: LogConfig,
     writable: bool,
     scratch: list[Path],
+    *,
+    rebuild: bool = False,
 ) -> None:
     # A segment's extension index must start where ``expected`` says (None: trust its
     # own entry 0); one that is missing, corrupt or out of step is rebuilt from its log
-    # (in scratch space for a reader).
+    # (in scratch space for a reader), as is one the caller says to (``rebuild``).
     extension = segment.extension
     if extension is None:
         return
-    if segment.load_extension(expected):
+    if not rebuild and segment.load_extension(expected):
         segment.write_extension_entry0()
         return
-    logger.warning("%s: rebuilding extension index %s", segment.path.parent.name, extension.path)
+    if not rebuild:
+        logger.warning(
+            "%s: rebuilding extension index %s", segment.path.parent.name, extension.path
+        )
+    start = expected if expected is not None else max(extension.first_units, 0)
     if not writable:
         _use_scratch_extension(segment, config, scratch)
-    start = expected if expected is not None else max(extension.first_units, 0)
     segment.rebuild_extension(start)
 
 
@@ -603,16 +691,24 @@ def _load_extensions(
     scratch: list[Path],
     expected: int | None,
     settled: set[int],
+    rebuild: Collection[int] = (),
+    *,
+    expected_after: Callable[[LogSegment, LogSegment], int | None] | None = None,
 ) -> None:
     # Each segment's extension index must start where the previous one ends
-    # (``expected`` for the first: None to trust its own entry 0).
+    # (``expected`` for the first: None to trust its own entry 0; ``expected_after``
+    # for the others, default ``_expected_after``); those of ``rebuild`` are rebuilt
+    # whatever they hold.
+    after = _expected_after if expected_after is None else expected_after
     previous: LogSegment | None = None
     for segment in segments:
         if segment.extension is None:
             return
         if previous is not None:
-            expected = _expected_after(previous, segment)
-        _settle_extension(segment, expected, config, writable, scratch)
+            expected = after(previous, segment)
+        _settle_extension(
+            segment, expected, config, writable, scratch, rebuild=segment.base_offset in rebuild
+        )
         settled.add(segment.base_offset)
         previous = segment
 
@@ -638,45 +734,58 @@ def _oldest_extension_start(
     The units before the oldest retained segment went with the segments retention
     deleted, so its log alone cannot say where it starts. In order of trust: the
     extension-start checkpoint when it names this segment (written by retention before
-    the segments go, and on close); the segment's own index when its file existed;
-    else the first later segment that the checkpoint names or whose index file existed
-    with an entry 0, minus the units the segments before it measure (Kafka keeps its
-    log start offset the same way: durable state, not a scan). None when nothing is
-    left (a log that never lost a segment starts at 0, which is what its index says).
+    the segments go, and on close); when it names a later segment, that segment's
+    units minus what the segments before it measure (retention and a cleaning pass
+    write it so before they change those segments: a crash then leaves some of them
+    old, some gone or swapped in, and only the later segment's units are known to
+    stay); the segment's own index when its file existed; else the first later segment
+    whose index file existed with an entry 0, minus the units the segments before it
+    measure (Kafka keeps its log start offset the same way: durable state, not a scan).
+    None when nothing is left (a log that never lost a segment starts at 0, which is
+    what its index says).
 
     Cost: ``measure`` of every batch of the segments before that later one (only when
-    the oldest segment's index file was missing).
+    the oldest segment's index file was missing, or the checkpoint names a later
+    segment: after a crash in retention or a cleaning pass).
     """
     if not segments:
         return None
-    if checkpoint is not None and checkpoint[0] == segments[0].base_offset:
-        return checkpoint[1]
+    if checkpoint is not None:
+        for k, segment in enumerate(segments):
+            if segment.base_offset == checkpoint[0]:
+                return checkpoint[1] if k == 0 else _start_before(segments, k, checkpoint[1])
     if segments[0].base_offset not in missing:
         return None
     for k, segment in enumerate(segments[1:], start=1):
-        if checkpoint is not None and checkpoint[0] == segment.base_offset:
-            anchor = checkpoint[1]
-        elif segment.extension is not None and segment.base_offset not in missing:
+        if segment.extension is not None and segment.base_offset not in missing:
             anchor = segment.extension.first_units
             if anchor < 0:
                 continue  # no entry 0 (it reads as none when it is (base, 0))
         else:
             continue
-        spec = segment.extension_spec
-        assert spec is not None
-        before = _measure_all(spec, segments[:k])
-        if before > anchor:
-            logger.warning(
-                "%s: the extension index of segment %d starts at %d, below the %d units "
-                "of the segments before it; rebuilding from 0",
-                segment.path.parent.name,
-                segment.base_offset,
-                anchor,
-                before,
-            )
-            return None
-        return anchor - before
+        return _start_before(segments, k, anchor)
     return None
+
+
+def _start_before(segments: list[LogSegment], k: int, anchor: int) -> int | None:
+    """Where the oldest segment starts when ``segments[k]`` starts at ``anchor`` units:
+    ``anchor`` minus what the segments before it measure (None: they measure more;
+    rebuilt from 0)."""
+    segment = segments[k]
+    spec = segment.extension_spec
+    assert spec is not None
+    before = _measure_all(spec, segments[:k])
+    if before > anchor:
+        logger.warning(
+            "%s: the extension index of segment %d starts at %d, below the %d units "
+            "of the segments before it; rebuilding from 0",
+            segment.path.parent.name,
+            segment.base_offset,
+            anchor,
+            before,
+        )
+        return None
+    return anchor - before
 
 
 def _measure_all(spec: ExtensionIndexSpec, segments: list[LogSegment]) -> int:
@@ -737,13 +846,7 @@ def _complete_swaps(directory: Path, extension: ExtensionIndexSpec | None) -> No
         if base_offset is None:
             continue
         swap = directory / name
-        records = FileRecords(swap, writable=False)
-        try:
-            next_offset = base_offset
-            for batch in records.batches():
-                next_offset = batch.next_offset
-        finally:
-            records.close()
+        next_offset = _swap_end(swap, base_offset)
         # The order is important: the replaced segments go first, then the swap file
         # takes its final name. A crash in between leaves the .swap, and this runs again.
         for replaced in _segment_base_offsets(os.listdir(directory)):
@@ -761,6 +864,62 @@ def _complete_swaps(directory: Path, extension: ExtensionIndexSpec | None) -> No
                         os.unlink(path)
         os.rename(swap, log_file(directory, base_offset))
         logger.info("%s: completed swap of segment %d", directory.name, base_offset)
+
+
+def _swap_end(swap: Path, base_offset: int) -> int:
+    """The offset after the last batch of a ``.log.swap`` (its base when it has none).
+
+    Raises:
+        OSError: it cannot be read.
+    """
+    records = FileRecords(swap, writable=False)
+    try:
+        next_offset = base_offset
+        for batch in records.batches():
+            next_offset = batch.next_offset
+    finally:
+        records.close()
+    return next_offset
+
+
+def _swapped_view(
+    directory: Path, names: set[str], extension: ExtensionIndexSpec | None
+) -> tuple[set[str], dict[int, str]]:
+    """A read-only open's view of the swaps a crash interrupted: what a writable open
+    makes of them (``_complete_swaps``), without changing a file. Each ``.log.swap`` is
+    committed: it stands for the segments it covers (they, whatever is left of them,
+    leave the view; some may be renamed ``.deleted`` already, and their records are in
+    the swap only) and is read under its ``.swap`` name (the returned suffix by base
+    offset). Its indexes are left out of the view, so the pass rebuilds them in scratch
+    space, as the writable open rebuilds them.
+
+    Raises:
+        OSError: a swap file cannot be read.
+    """
+    swaps = sorted(
+        (base, name)
+        for name in names
+        if name.endswith(_LOG_SWAP) and (base := offset_from_file_name(name)) is not None
+    )
+    if not swaps:
+        return names, {}
+    view = set(names)
+    suffixes: dict[int, str] = {}
+    index_suffixes = [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
+    if extension is not None:
+        index_suffixes.append(extension.suffix)
+    for base, name in swaps:
+        try:
+            end = _swap_end(directory / name, base)
+        except FileNotFoundError:
+            continue  # a writer completed it meanwhile: the segment is in place
+        for replaced in _segment_base_offsets(view):
+            if base <= replaced < end:
+                prefix = filename_prefix_from_offset(replaced)
+                view -= {prefix + suffix for suffix in index_suffixes}
+        view.add(filename_prefix_from_offset(base) + LOG_FILE_SUFFIX)
+        suffixes[base] = SWAP_FILE_SUFFIX
+    return view, suffixes
 
 
 def _remove_orphan_indexes(directory: Path, extension: ExtensionIndexSpec | None) -> None:
@@ -817,6 +976,13 @@ def _recover_from(segments: LogSegments, recovery_point: int, writable: bool, lo
             confirm_last_gap=following is None and load.gaps_suspect,
         )
         load.ends[segment.base_offset] = found.next_offset
+        if not writable and segment.extension is not None:
+            # Nor its extension index: a power cut keeps mapped index stores apart from
+            # the log bytes they describe (pages are written back when the kernel
+            # likes), so an entry may name a batch that never reached the disk, or
+            # follow one that was lost. The writer's recovery rebuilds it; a reader
+            # rebuilds it in scratch space, from its entry 0 (``settle_remaining``).
+            load.extension_rebuilds.add(segment.base_offset)
         if found.valid_bytes < found.size:
             later = [s.base_offset for s in segments.values(segment.base_offset + 1)]
             later = [offset for offset in later if offset > segment.base_offset]

@@ -972,10 +972,14 @@ class LogSegment:
                     self.extension_exact = False
                     certain = False
                     continue
+                # Where the batch starts for an entry: after the one before at least.
+                # A legacy wrapper kafka-python wrote numbers its inner messages from 0
+                # (its base offset reads 0 after offset 385: an entry out of order).
+                first_offset = max(batch.base_offset, previous_last_offset + 1)
                 previous_last_offset = batch.last_offset
                 if certain:
                     # An entry may name this batch: the units before it are certain.
-                    self._maybe_index_extension(batch.base_offset, units)
+                    self._maybe_index_extension(first_offset, units)
                     certain = batch.is_valid()
                 else:
                     self._units_since_last_extension_entry += units

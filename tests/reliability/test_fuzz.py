@@ -724,7 +724,7 @@ def _standard_streams() -> Iterator[io.BytesIO]:
 
 
 def test_fuzz_command_lines(tmp_path: Path) -> None:
-    _fuzz_cli(tmp_path, 1_500)
+    _fuzz_cli(tmp_path, 600)
 
 
 @pytest.mark.long

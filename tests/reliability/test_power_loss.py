@@ -12,6 +12,12 @@ read-only and writable (recovery), and checked against what the engine promised
   retention's renames reaching the disk out of order (D2), a roll creating the new
   segment before the sealed one was durable (D3).
 
+The ``compaction`` workload (keyed records, tombstones, forced cleaning passes with and
+without the position index) found three more under both models, also fixed and kept
+there: a positioned pass's commit point with no durable anchor for the units (D4), a
+reader ignoring a committed but unfinished swap (D5), and, through the position check
+it added, a reader taking positions from unsynced index entries (D6).
+
 Runs from a crash state (recovery, then more appends, a power cut during either)
 are explored too. The CI budget is ``explore.CI``; ``pytest -m long`` runs ``LONG``
 on workloads twice the size. ``pytest -s`` prints the figures;
@@ -64,7 +70,7 @@ def _after_recovery(
     """Explore runs that start from crash states of the workloads (drawn, seeded)."""
     rng = random.Random(f"after-recovery/{model.value}/{SEED}")
     results = []
-    for name in ("appends_and_flushes", "retention", "reopen", "topics"):
+    for name in ("appends_and_flushes", "retention", "reopen", "topics", "compaction"):
         first = _record(scratch_path / name, name, scale=scale)
         analysis = Analysis(first.recorder.initial, first.ops)
         for run in range(runs):

@@ -5,11 +5,13 @@ Each test records a short workload, builds one chosen crash state under the stri
 ``storage/log/log.py``): D1, a segment's name made durable by no directory fsync
 (``Log.flush``, ``Log.roll``); D2, retention's ``.deleted`` renames reaching the disk
 in any order (``Log._delete_segments``); D3, a roll creating the new segment before
-the sealed one's ``.log`` was durable (``Log.roll``).
+the sealed one's ``.log`` was durable (``Log.roll``). The compaction workload found
+D4-D6 (``Log.replace_segments``, ``log_loader``): see their tests.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -189,3 +191,111 @@ def test_recreated_topic_keeps_its_durable_records(scratch_path: Path, model: Mo
             state, recording.oracle.at(cut), scratch_path / f"s{n}", now_ms=recording.now_ms
         )
         assert found == []
+
+
+# -- log compaction (the ``compaction`` workload found these) -------------------------
+
+COMPACTED = {**SMALL, "cleanup.policy": "compact", "segment.bytes": "700"}
+
+
+def _keyed(d: Driver, topic: str, rounds: int) -> None:
+    for i in range(rounds):
+        d.append_keyed(topic, 0, [f"k{i % 3}".encode(), f"k{(i + 1) % 3}".encode()], 0.0)
+        d.tick(5)
+
+
+def _compacted_passes(topic: str, passes: int) -> Callable[[Driver, int], None]:
+    def workload(d: Driver, scale: int) -> None:
+        d.open()
+        d.create_topic(topic, 1, dict(COMPACTED))
+        for _ in range(passes):
+            log = d._log(topic, 0)
+            target = log.number_of_segments + 3
+            while log.number_of_segments < target:
+                _keyed(d, topic, 1)
+            d.clean([topic])
+
+    return workload
+
+
+def _after_last_commit(recording: Recording, scratch_path: Path, data: str) -> list[Violation]:
+    """Cut just after the directory fsync that made the last pass's ``.log.swap`` names
+    durable (its commit points), before anything else of the swap; only what was made
+    durable survives (``data="none"``), or every byte issued (``"all"``)."""
+    ops = recording.ops
+    swap = [op for op in ops if op.kind is Kind.RENAME and op.name2.endswith(".log.swap")][-1]
+    commit = next(op for op in ops if op.kind is Kind.DIRSYNC and op.seq > swap.seq)
+    cut = commit.seq + 1
+    analysis = Analysis(recording.recorder.initial, ops)
+    state = analysis.posix_state(cut, lambda op: False, data=data)
+    expect = recording.oracle.at(cut)
+    return check_state(state, expect, scratch_path / "check", now_ms=recording.now_ms)
+
+
+@pytest.mark.parametrize("passes", [1, 2])
+def test_positioned_cleaning_keeps_positions_after_power_loss(
+    scratch_path: Path, passes: int
+) -> None:
+    # D4. A cleaning pass of a log with the position index lays the cleaned units so
+    # that they end where the first kept segment begins, then commits (``.log.swap``)
+    # and only then checkpointed the new extension start. A power cut in between left
+    # the loader, which rebuilds a completed swap's index, no durable anchor: the old
+    # checkpoint named the oldest segment's units before the pass (second pass), or
+    # there was none and the kept (active) segment's entry 0 was never synced (first
+    # pass). Every position after the cleaned segments moved. Fixed: the checkpoint
+    # names the first kept segment before the commit point, and the loader anchors on
+    # a checkpoint naming a later segment (``log_loader._oldest_extension_start``).
+    recording = _record(scratch_path, _compacted_passes("c", passes))
+    assert _after_last_commit(recording, scratch_path, "none") == []
+
+
+def test_reader_of_an_interrupted_swap_keeps_every_record(scratch_path: Path) -> None:
+    # D5. A power cut after a pass renamed the replaced segments ``.deleted`` (after the
+    # commit point) but before the ``.swap`` took its final name: a read-only open
+    # (``seglogfs consume``, ``verify``, Spark, before any writer) ignored the
+    # ``.swap`` and served the log without the replaced segments' records. Fixed: a
+    # reader reads a committed swap in place of what it covers
+    # (``log_loader._swapped_view``).
+    recording = _record(scratch_path, _compacted_passes("plainc", 1))
+    ops = recording.ops
+    deleted = [op for op in ops if op.kind is Kind.RENAME and op.name2.endswith(".log.deleted")]
+    assert deleted, "the pass replaced no segment"
+    sync = next(op for op in ops if op.kind is Kind.DIRSYNC and op.seq > deleted[-1].seq)
+    cut = sync.seq + 1
+    analysis = Analysis(recording.recorder.initial, ops)
+    state = analysis.posix_state(cut, lambda op: False, data="none")
+    expect = recording.oracle.at(cut)
+    found = check_state(state, expect, scratch_path / "check", now_ms=recording.now_ms)
+    assert found == []
+
+
+def _flushed_then_appended(d: Driver, scale: int) -> None:
+    d.open()
+    d.create_topic("t", 1, dict(SMALL))
+    d.append("t", 0, 3)
+    d.flush("t", 0)
+    for _ in range(3):
+        d.append("t", 0, 2)
+
+
+def test_reader_measures_an_unflushed_segment_again(scratch_path: Path) -> None:
+    # D6 (found by the position check the compaction work added; every workload with
+    # the position index). A power cut kept the active segment's mapped index stores
+    # (written back by the kernel at any time) but not the unflushed log bytes they
+    # describe: a read-only open took the log end's position from an entry naming a
+    # batch that is not there, and every position moved for that reader. Fixed: a
+    # reader rebuilds a re-validated segment's extension index in scratch space, as
+    # the writer's recovery rebuilds it.
+    recording = _record(scratch_path, _flushed_then_appended)
+    cut = len(recording.ops)
+    analysis = Analysis(recording.recorder.initial, recording.ops)
+    synced = analysis.posix_state(cut, lambda op: True, data="none")
+    issued = analysis.posix_state(cut, lambda op: True, data="all")
+    files = {
+        path: issued.files[path] if path.endswith(".seglogpos") else data
+        for path, data in synced.files.items()
+    }
+    assert files != synced.files, "no index store to keep"
+    state = dataclasses.replace(synced, files=files)
+    expect = recording.oracle.at(cut)
+    assert check_state(state, expect, scratch_path / "check", now_ms=recording.now_ms) == []

@@ -18,18 +18,29 @@ For a state and the oracle's expectation at its cut, ``check_state``:
    out again: an append gets the log end, and a flush and a clean close keep it); the
    checkpoints written by the open do not point past the data; after the close,
    ``seglogfs verify`` finds nothing.
+
+A compacted partition (``cleanup.policy=compact``) may have gaps: its records from the
+log start are in offset order below the log end, and an offset in between may be
+absent only when a cleaning pass begun before the cut may have removed it
+(``PartitionExpectation.removable``: a later record of its key below the pass's bound,
+or a tombstone past its horizon), so the latest durable record of every key is there.
+A partition with the position index has its durable end at the units it had when it
+was appended (positions never move). After the writable open, a compacted log takes a
+keyed record, rolls and is cleaned again: the pass must succeed, remove only what a
+later record of its key (or an expired tombstone's horizon) allows, and keep the rest.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from seglogfs.cli.verify import verify_log_dir
-from storage import CorruptRecordError, Log, LogManager, StorageError, iter_batches
+from storage import CorruptRecordError, Log, LogManager, Record, StorageError, iter_batches
 from storage.log.checkpoint import read_offset_checkpoint
 from storage.log.file_names import (
     CLEAN_SHUTDOWN_FILE,
@@ -84,21 +95,39 @@ def check_state(
 # -- the raw state -----------------------------------------------------------------------
 
 
+def _segment_files(directory: Path) -> dict[int, Path]:
+    """A partition directory's segment files by base offset, a committed cleaning swap
+    (``.log.swap``) standing for the segments it covers (as the loader completes it)."""
+    names = os.listdir(directory)
+    files = {
+        int(name[:20]): directory / name
+        for name in names
+        if name.endswith(".log") and len(name) == 24 and name[:20].isdigit()
+    }
+    for name in sorted(names):
+        if name.endswith(".log.swap") and len(name) == 29 and name[:20].isdigit():
+            base = int(name[:20])
+            data = (directory / name).read_bytes()
+            end = base
+            with contextlib.suppress(CorruptRecordError):
+                for batch in iter_batches(data):
+                    end = batch.next_offset
+            files = {b: path for b, path in files.items() if not base <= b < end}
+            files[base] = directory / name
+    return dict(sorted(files.items()))
+
+
 def valid_end(directory: Path) -> int | None:
     """The offset after the last valid batch of a partition directory's contiguous
     valid prefix (batches with a good CRC, segment after segment); None: no segment."""
-    bases = sorted(
-        int(name[:20])
-        for name in os.listdir(directory)
-        if name.endswith(".log") and len(name) == 24 and name[:20].isdigit()
-    )
-    if not bases:
+    files = _segment_files(directory)
+    if not files:
         return None
-    end = bases[0]
-    for base in bases:
+    end = next(iter(files))
+    for base, path in files.items():
         if base > end:
             break  # a gap: what follows is not part of the prefix
-        data = (directory / f"{base:020d}.log").read_bytes()
+        data = path.read_bytes()
         consumed = 0
         try:
             for batch in iter_batches(data):
@@ -156,9 +185,15 @@ def _check_log(log: Log, topic: TopicExpectation, partition: int) -> list[str]:
         return [f"{name}: reading raised an undocumented {exc!r}"]
     records = [(r.offset, r.value) for r in read]
     offsets = [offset for offset, _ in records]
-    if offsets != list(range(start, start + len(offsets))):
+    if log.config.compact:
+        # Gaps may be legal (checked against the expectation below); order is not.
+        if any(b <= a for a, b in itertools.pairwise(offsets)) or (
+            offsets and (offsets[0] < start or offsets[-1] >= end)
+        ):
+            return [f"{name}: offsets out of order or outside [{start}, {end}): {offsets[:8]}..."]
+    elif offsets != list(range(start, start + len(offsets))):
         return [f"{name}: offsets from the log start {start} are not contiguous: {offsets[:8]}..."]
-    if start + len(offsets) != end:
+    elif start + len(offsets) != end:
         return [f"{name}: records end at {start + len(offsets)}, the log end offset is {end}"]
     lookups = _check_lookups(log, name, [(r.offset, r.value, r.timestamp) for r in read])
     if lookups:
@@ -168,13 +203,13 @@ def _check_log(log: Log, topic: TopicExpectation, partition: int) -> list[str]:
     for incarnation in topic.candidates:
         expect = topic.partitions.get((incarnation, partition))
         values = expect.values if expect is not None else {}
-        if all(values.get(offset) == value for offset, value in records):
+        if all(_holds(values, offset, value) for offset, value in records):
             matches.append(incarnation)
     if not matches:
         for offset, value in records:
             if not any(
                 (e := topic.partitions.get((i, partition))) is not None
-                and e.values.get(offset) == value
+                and _holds(e.values, offset, value)
                 for i in topic.candidates
             ):
                 return [f"{name}: offset {offset} holds {value!r}, never appended there"]
@@ -187,7 +222,54 @@ def _check_log(log: Log, topic: TopicExpectation, partition: int) -> list[str]:
         expect = topic.partitions.get((required, partition))
         if expect is not None:
             problems += _check_durable(name, start, end, expect)
+            if log.config.compact:
+                problems += _check_gaps(name, start, end, set(offsets), expect)
+            if log.extension is not None:
+                problems += _check_units(log, name, expect)
     return problems
+
+
+def _check_units(log: Log, name: str, expect: PartitionExpectation) -> list[str]:
+    """Positions never move: the durable end (an append's end) is at the units the
+    position index had there when it was appended. (Past it nothing is promised: a
+    power cut may take the records before it too, and their units with them.)"""
+    target = expect.durable_end
+    units = expect.units.get(target)
+    start, end = log.log_start_offset, log.log_end_offset
+    if units is None or not start <= target <= end:
+        return []
+    try:
+        if target == end:
+            at, got = target, log.extension_end
+        else:
+            at, got = log.extension_position(target)
+    except StorageError as exc:
+        return [f"{name}: the position of offset {target} raised {exc!r}"]
+    if at == target and got != units:
+        return [
+            f"{name}: the durable end {target} is at {got} units of the position index, "
+            f"not {units}: positions moved"
+        ]
+    return []
+
+
+def _holds(values: dict[int, bytes | None], offset: int, value: bytes | None) -> bool:
+    return offset in values and values[offset] == value
+
+
+def _check_gaps(
+    name: str, start: int, end: int, present: set[int], expect: PartitionExpectation
+) -> list[str]:
+    """Every offset of a compacted partition absent from ``[start, end)`` is one a
+    cleaning pass may have removed."""
+    missing = [o for o in range(start, end) if o not in present and not expect.removable(o)]
+    if not missing:
+        return []
+    return [
+        f"{name}: records absent that no cleaning pass may remove: offsets {_ranges(missing)} "
+        f"(keys {[expect.keys.get(o) for o in missing[:4]]}; passes cleaned below "
+        f"{expect.clean_limit}; durable below {expect.durable_end})"
+    ]
 
 
 def _check_lookups(log: Log, name: str, records: list[tuple[int, bytes | None, int]]) -> list[str]:
@@ -316,11 +398,13 @@ def _check_writable(raw: Path, expect: Expectation, now_ms: int) -> list[str]:
         appended: dict[tuple[str, int], int] = {}
         for log in manager.logs():
             end = log.log_end_offset
-            info = log.append([b"after-recovery"])
+            keys = [b"after-recovery"] if log.config.compact else None
+            info = log.append([b"after-recovery"], keys=keys)
             if info.first_offset != end:
                 problems.append(f"{log.topic}-{log.partition}: append got {info.first_offset}")
             appended[(log.topic, log.partition)] = info.first_offset
             log.flush()
+        problems += _clean_again(manager, clock.milliseconds())
     except Exception as exc:
         problems.append(f"raised {exc!r}")
     finally:
@@ -338,6 +422,45 @@ def _check_writable(raw: Path, expect: Expectation, now_ms: int) -> list[str]:
                     problems.append(f"{topic}-{partition}: the record appended after recovery")
     except Exception as exc:
         problems.append(f"reopen after recovery raised {exc!r}")
+    return problems
+
+
+def _clean_again(manager: LogManager, now: int) -> list[str]:
+    """Roll each recovered compacted log and clean it: the pass succeeds, and removes
+    only records a later record of their key supersedes (or tombstones whose horizon
+    may have passed), never the latest of a key."""
+    compacted = [log for log in manager.logs() if log.config.compact]
+    if not compacted:
+        return []
+    before: dict[tuple[str, int], list[Record]] = {}
+    for log in compacted:
+        before[(log.topic, log.partition)] = list(log.records(log.log_start_offset))
+        log.roll()
+    summary = manager.clean(sorted({log.topic for log in compacted}), force=True)
+    problems = [f"cleaning after recovery skipped {t}-{p}: {why}" for t, p, why in summary.skipped]
+    for log in compacted:
+        name = f"{log.topic}-{log.partition}"
+        old = before[(log.topic, log.partition)]
+        try:
+            new = {r.offset: r for r in log.records(log.log_start_offset)}
+        except StorageError as exc:
+            problems.append(f"{name}: reading after cleaning again raised {exc!r}")
+            continue
+        old_offsets = {r.offset: r for r in old}
+        extra = [o for o in new if o not in old_offsets or new[o].value != old_offsets[o].value]
+        if extra:
+            problems.append(f"{name}: cleaning again made records {extra[:5]} appear or change")
+        latest = {r.key: r.offset for r in old}
+        expiry = now - log.config.delete_retention_ms
+        for r in old:
+            if r.offset in new:
+                continue
+            if latest[r.key] != r.offset:
+                continue  # a later record of its key supersedes it
+            if r.value is None and r.timestamp <= expiry:
+                continue  # a tombstone whose horizon may have passed
+            problems.append(f"{name}: cleaning again removed {r.key!r}'s latest, {r.offset}")
+            break
     return problems
 
 

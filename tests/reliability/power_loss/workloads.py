@@ -18,7 +18,17 @@ file operations (that would only check the recorder against itself):
 - ``StartDurable``: a checkpoint of the log start offsets returned (``checkpoint()``,
   ``close()``, ``run_retention`` when it deleted a segment);
 - ``TopicCreated`` / ``TopicDeleted``: possible from the call's start, promised once
-  it returned (the metadata file is written atomically and its directory fsynced).
+  it returned (the metadata file is written atomically and its directory fsynced);
+- ``Cleaning``: a cleaning pass (log compaction) began: from then on a record below
+  the log's active segment at that moment (the first uncleanable offset) may be gone
+  when a later record of its key is there too (below the same bound, so durable: a
+  roll made it so), and a tombstone appended at least ``delete.retention.ms`` before
+  the pass began may be gone (its delete horizon, set by an earlier pass, passed).
+
+Records of a compacted topic carry their key (``Appended.keys``) and the time they
+were appended; records of a topic with the position index carry the units at the end
+of each append (``Appended.units_end``): positions never move (retention and cleaning
+remove units from the front only), so a recovered durable end has the units it had.
 
 ``Oracle.at(cut)`` folds the facts visible at a cut into what a recovered directory
 must (and may) hold. Record values name their topic, incarnation, partition and
@@ -56,8 +66,16 @@ SMALL = {
 }
 
 
-def extension_for(metadata: TopicMetadata) -> ExtensionIndexSpec:
-    """The file system's position index (``*.seglogpos``), with a small interval."""
+UNPOSITIONED_PREFIX = "plain"
+"""Topics whose name starts so have no position index (``extension_for``): the engine's
+paths without an extension index (a cleaning pass swaps group by group)."""
+
+
+def extension_for(metadata: TopicMetadata) -> ExtensionIndexSpec | None:
+    """The file system's position index (``*.seglogpos``), with a small interval; none
+    for a topic named ``UNPOSITIONED_PREFIX...``."""
+    if metadata.name.startswith(UNPOSITIONED_PREFIX):
+        return None
     rendering = Rendering.of(metadata, 0)  # lines and raw: the same for every partition
     measure = partial(rendered_size, raw=rendering.raw, key_separator=rendering.key_separator)
     return ExtensionIndexSpec(POSITION_INDEX_SUFFIX, POSITION_INTERVAL, measure)
@@ -72,7 +90,22 @@ class Appended:
     incarnation: int
     partition: int
     first_offset: int
-    values: tuple[bytes, ...]
+    values: tuple[bytes | None, ...]
+    keys: tuple[bytes | None, ...] | None = None  # a compacted topic's (None: no keys)
+    time_ms: int = 0  # the clock when the append began (the records' timestamp)
+    units_end: int | None = None  # the position index's units at the append's end
+
+
+@dataclass(frozen=True)
+class Cleaning:
+    """A cleaning pass began: records below ``limit`` may be compacted away (see the
+    module doc); tombstones appended at or before ``tombstones_before_ms`` may go."""
+
+    topic: str
+    incarnation: int
+    partition: int
+    limit: int
+    tombstones_before_ms: int
 
 
 @dataclass(frozen=True)
@@ -112,7 +145,7 @@ class TopicDeleted:
     incarnation: int
 
 
-Fact = Appended | Durable | StartMoved | StartDurable | TopicCreated | TopicDeleted
+Fact = Appended | Cleaning | Durable | StartMoved | StartDurable | TopicCreated | TopicDeleted
 
 
 @dataclass(frozen=True)
@@ -142,11 +175,30 @@ class End:
 class PartitionExpectation:
     """What a recovered partition of one topic incarnation must and may hold."""
 
-    values: dict[int, bytes]  # every value that may be at an offset
+    values: dict[int, bytes | None]  # every value that may be at an offset
     appended_end: int  # offsets at or past this were never appended (before the cut)
     durable_end: int  # offsets below this survive (above the moved log start)
     start_moved: int  # the highest log start a call (begun) asked for
     start_durable: int  # the recovered log start is at least this
+    keys: dict[int, bytes | None] = field(default_factory=dict)  # a compacted topic's
+    times: dict[int, int] = field(default_factory=dict)  # append time of each offset
+    units: dict[int, int] = field(default_factory=dict)  # an append's end -> its units
+    clean_limit: int = 0  # records below this may be compacted away (0: no pass began)
+    tombstones_before_ms: int = -(1 << 62)  # tombstones appended by then may be gone
+
+    def removable(self, offset: int) -> bool:
+        """Whether a cleaning pass begun before the cut may have removed the record at
+        ``offset``: a later record of its key below the pass's bound (durable, and
+        never itself removable but by a later one: the latest durable record of every
+        key stays), or a tombstone whose delete horizon may have passed."""
+        if offset >= self.clean_limit or offset not in self.keys:
+            return False
+        key = self.keys[offset]
+        if self.values.get(offset, b"") is None and (
+            self.times.get(offset, 1 << 62) <= self.tombstones_before_ms
+        ):
+            return True
+        return any(self.keys.get(later) == key for later in range(offset + 1, self.clean_limit))
 
 
 @dataclass
@@ -168,7 +220,10 @@ class Expectation:
             out.append((name, tuple(sorted(topic.candidates.items())), topic.must_exist))
             for tp in sorted(topic.partitions):
                 p = topic.partitions[tp]
-                out.append((tp, p.appended_end, p.durable_end, p.start_moved, p.start_durable))
+                out.append(
+                    (tp, p.appended_end, p.durable_end, p.start_moved, p.start_durable,
+                     p.clean_limit, p.tombstones_before_ms)
+                )  # fmt: skip
         return tuple(out)
 
 
@@ -189,7 +244,9 @@ class Oracle:
             elif isinstance(event, End):
                 begin = begins[event.call]
                 for fact in event.facts:
-                    if isinstance(fact, Appended | StartMoved | TopicCreated | TopicDeleted):
+                    if isinstance(
+                        fact, Appended | Cleaning | StartMoved | TopicCreated | TopicDeleted
+                    ):
                         self.possible.append((begin, fact))
                     if event.promised and isinstance(
                         fact, Durable | StartDurable | TopicCreated | TopicDeleted
@@ -215,11 +272,22 @@ class Oracle:
             if seq >= cut:
                 continue
             match fact:
-                case Appended(topic, inc, p, first, values):
+                case Appended(topic, inc, p, first, values, keys, time_ms, units_end):
                     expect = part(topic, inc, p)
                     for i, value in enumerate(values):
                         expect.values[first + i] = value
+                        expect.times[first + i] = time_ms
+                        if keys is not None:
+                            expect.keys[first + i] = keys[i]
                     expect.appended_end = max(expect.appended_end, first + len(values))
+                    if units_end is not None:
+                        expect.units[first + len(values)] = units_end
+                case Cleaning(topic, inc, p, limit, tombstones_before_ms):
+                    expect = part(topic, inc, p)
+                    expect.clean_limit = max(expect.clean_limit, limit)
+                    expect.tombstones_before_ms = max(
+                        expect.tombstones_before_ms, tombstones_before_ms
+                    )
                 case StartMoved(topic, inc, p, offset):
                     expect = part(topic, inc, p)
                     expect.start_moved = max(expect.start_moved, offset)
@@ -371,18 +439,82 @@ class Driver:
         log = self._log(topic, partition)
         incarnation = self.incarnation[topic]
         first = log.log_end_offset
-        values = []
+        values: list[bytes | None] = []
         for i in range(count):
             pad = "x" * self.rng.randrange(8, 60)
             values.append(f"{topic}.{incarnation}.{partition}.{first + i}:{pad}".encode())
+        self._append(log, values, None)
+
+    def _append(
+        self, log: Log, values: list[bytes | None], keys: list[bytes | None] | None
+    ) -> None:
+        topic, partition = log.topic, log.partition
+        incarnation = self.incarnation[topic]
+        first = log.log_end_offset
+        now = self.clock.milliseconds()
         call = self._begin(f"append {topic}-{partition}")
-        info = log.append(values)
+        info = log.append(values, keys=keys)
         assert info.first_offset == first, (info, first)
-        facts: list[Fact] = [Appended(topic, incarnation, partition, first, tuple(values))]
-        facts.append(self._rolled(log))
+        units = log.extension_end if log.extension is not None else None
+        fact = Appended(
+            topic, incarnation, partition, first, tuple(values),
+            None if keys is None else tuple(keys), now, units,
+        )  # fmt: skip
+        facts: list[Fact] = [fact, self._rolled(log)]
         if log.config.flush_messages == 1:
             facts.append(Durable(topic, incarnation, partition, info.last_offset + 1))
         self._end(call, f"append {topic}-{partition}", facts)
+
+    def append_keyed(
+        self, topic: str, partition: int, keys: list[bytes], tombstone_p: float
+    ) -> None:
+        """One append of records with ``keys`` (a compacted topic's), each a tombstone
+        with probability ``tombstone_p``; a value names its offset and key."""
+        log = self._log(topic, partition)
+        incarnation = self.incarnation[topic]
+        first = log.log_end_offset
+        values: list[bytes | None] = []
+        for i, key in enumerate(keys):
+            if self.rng.random() < tombstone_p:
+                values.append(None)
+                continue
+            pad = "x" * self.rng.randrange(8, 40)
+            name = f"{topic}.{incarnation}.{partition}.{first + i}:{key.decode()}:{pad}"
+            values.append(name.encode())
+        self._append(log, values, list(keys))
+
+    def keyed_appends(
+        self, topic: str, partitions: int, rounds: int, keys: int, flush_p: float
+    ) -> None:
+        """``rounds`` appends of 1-4 records with keys drawn from ``keys`` (so they
+        repeat), a few tombstones, to random partitions, each maybe flushed."""
+        for _ in range(rounds):
+            p = self.rng.randrange(partitions)
+            drawn = [f"k{self.rng.randrange(keys)}".encode() for _ in range(self.rng.randint(1, 4))]
+            self.append_keyed(topic, p, drawn, 0.12)
+            self.tick(self.rng.randint(1, 50))
+            if self.rng.random() < flush_p:
+                self.flush(topic, p)
+
+    def clean(self, topics: list[str]) -> None:
+        """``LogManager.clean(topics, force=True)``: a cleaning pass over each of their
+        logs with anything cleanable (and the cleaner checkpoint)."""
+        now = self.clock.milliseconds()
+        facts: list[Fact] = [
+            Cleaning(
+                log.topic,
+                self.incarnation[log.topic],
+                log.partition,
+                log.active_segment.base_offset,
+                now - log.config.delete_retention_ms,
+            )
+            for log in self._all_logs()
+            if log.topic in topics
+        ]
+        call = self._begin("clean")
+        summary = self._manager().clean(topics, force=True)
+        assert not summary.skipped, summary.skipped
+        self._end(call, "clean", facts)
 
     def flush(self, topic: str, partition: int) -> None:
         log = self._log(topic, partition)
@@ -485,8 +617,17 @@ class Driver:
             if t.must_exist is not None:
                 self.incarnation[topic] = t.must_exist
             for (inc, p), e in sorted(t.partitions.items()):
-                for first, values in _runs(e.values):
-                    possible.append(Appended(topic, inc, p, first, values))
+                for offset, value in sorted(e.values.items()):
+                    key = e.keys.get(offset)
+                    possible.append(
+                        Appended(
+                            topic, inc, p, offset, (value,),
+                            None if offset not in e.keys else (key,),
+                            e.times.get(offset, 0), e.units.get(offset + 1),
+                        )
+                    )  # fmt: skip
+                if e.clean_limit:
+                    possible.append(Cleaning(topic, inc, p, e.clean_limit, e.tombstones_before_ms))
                 possible.append(StartMoved(topic, inc, p, e.start_moved))
                 promised.append(Durable(topic, inc, p, e.durable_end))
                 promised.append(StartDurable(topic, inc, p, e.start_durable))
@@ -504,22 +645,6 @@ class Driver:
             self.tick(self.rng.randint(1, 50))
             if self.rng.random() < flush_p:
                 self.flush(topic, p)
-
-
-def _runs(values: dict[int, bytes]) -> Iterator[tuple[int, tuple[bytes, ...]]]:
-    """The offsets of ``values`` as runs of consecutive offsets."""
-    run: list[bytes] = []
-    first = previous = -2
-    for offset in sorted(values):
-        if offset != previous + 1 and run:
-            yield first, tuple(run)
-            run = []
-        if not run:
-            first = offset
-        run.append(values[offset])
-        previous = offset
-    if run:
-        yield first, tuple(run)
 
 
 # -- the workloads ------------------------------------------------------------------------
@@ -629,15 +754,53 @@ def reopen(d: Driver, scale: int) -> None:
     d.appends("o", 1, 5 * scale, 0.0)
 
 
+COMPACTED = {
+    **SMALL,
+    "cleanup.policy": "compact",
+    "segment.bytes": "700",
+    "delete.retention.ms": "1500",
+}
+"""A compacted topic's config: segments of a few records (several to clean each pass,
+grouped back by ``segment.bytes``), tombstones kept 1.5 s after their first pass."""
+
+
+def compaction(d: Driver, scale: int) -> None:
+    """Log compaction: keyed records whose keys repeat (a few tombstones), flushed at
+    points, and forced cleaning passes between the appends, on a topic with the
+    position index (its groups swapped in together, units laid end to end) and one
+    without (``plain...``: group by group); time passes, so that tombstones get a
+    delete horizon and a later pass removes them. Passes after a reopen too."""
+    d.open()
+    d.create_topic("c", 1, dict(COMPACTED))
+    d.create_topic("plainc", 1, dict(COMPACTED))
+    for round_ in range(4 * scale):
+        for topic in ("c", "plainc"):
+            d.keyed_appends(topic, 1, 9, 6, 0.15)
+        d.clean(["c", "plainc"])
+        d.tick(600)
+        if round_ == 1:
+            d.close()
+            d.open()
+    d.keyed_appends("c", 1, 3, 6, 0.0)
+
+
 def after_recovery(d: Driver, scale: int) -> None:
     """From a crash state: recovery, appends to every topic that must exist (flushed at
-    random points, rolling), maybe retention, and a clean close half of the time."""
+    random points, rolling), maybe retention, and a clean close half of the time. A
+    compacted topic gets keyed records and a cleaning pass."""
     d.open()
     manager = d._manager()
     owned = [t for t in manager.topics() if t in d.incarnation]
     for _ in range(scale):
         for topic in owned:
-            d.appends(topic, manager.topic(topic).partitions, 6, 0.3)
+            partitions = manager.topic(topic).partitions
+            if manager.log(topic, 0).config.compact:
+                d.keyed_appends(topic, partitions, 6, 6, 0.3)
+            else:
+                d.appends(topic, partitions, 6, 0.3)
+        compacted = [t for t in owned if manager.log(t, 0).config.compact]
+        if compacted:
+            d.clean(compacted)
         if d.rng.random() < 0.5:
             d.run_retention()
     if d.rng.random() < 0.5:
@@ -646,6 +809,7 @@ def after_recovery(d: Driver, scale: int) -> None:
 
 WORKLOADS: dict[str, Callable[[Driver, int], None]] = {
     "appends_and_flushes": appends_and_flushes,
+    "compaction": compaction,
     "flush_messages": flush_messages,
     "flush_ms": flush_ms,
     "maintenance": maintenance,

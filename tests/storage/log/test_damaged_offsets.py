@@ -18,6 +18,17 @@ fixed with a test here (issue #17).
 4. An append to an active segment whose first batch does not frame failed.
 5. A reader of a crashed log failed to open it when the active segment's ``.index``
    was garbage.
+6. (seed 29) After a clean shutdown, a last batch whose offsets go back (a flipped
+   last offset delta; a base offset flipped downwards) set the log end: -2147483251,
+   every offset out of range. The loader now recovers such an active segment.
+7. (seed 4) After a crash, the segments recovery re-validates had their position
+   index settled across a missing segment as if none were missing: every position
+   after it moved (a read-only mount's ``pread`` returned other bytes).
+8. (the render process's fills checked against the daemon's reads) A read that goes
+   on at a batch whose base offset was damaged downwards served it under wrong
+   offsets, or skipped it.
+9. (seed 10) A sealed segment cut at a batch boundary was passed over: its stale
+   index entries "proved" it ended right before the next segment.
 """
 
 from __future__ import annotations
@@ -344,3 +355,175 @@ def test_verify_names_the_segment_of_a_damaged_base_offset(
                          upwards=True, at_least=3)  # fmt: skip
     problems = verify_log_dir(log_dir)
     assert (segment_path(log_dir, bad), bad.position) in {(p.path, p.position) for p in problems}
+
+
+LAST_OFFSET_DELTA = 23
+"""Byte of a v2 batch where its last offset delta (a big-endian int32, inside the CRC)
+starts: flipping its high bit makes the delta negative."""
+
+
+@pytest.mark.parametrize("damage", ["last offset delta", "base offset down"])
+@pytest.mark.parametrize("clean_end", [True, False], ids=["checkpointed", "no checkpoint"])
+@pytest.mark.parametrize("writable", [True, False], ids=["writer", "reader"])
+def test_a_last_batch_whose_offsets_go_back_is_cut_after_a_clean_shutdown(
+    log_dir: Path, clock: ManualClock, damage: str, clean_end: bool, writable: bool
+) -> None:
+    """6 (seed 29). After a clean shutdown the active segment's end offset is read from
+    the headers of its last batches, without their CRC. A last offset delta with its
+    high bit flipped (inside the CRC) made the log end -2147483251: the log start
+    followed it down, every read failed with "offset 0 is out of range" and an append
+    would have taken that offset. A base offset flipped downwards (outside the CRC)
+    ended the log inside offsets it holds, to be handed out again. The loader now takes
+    a batch whose offsets go back (or end before they begin) for damage, and recovers
+    the active segment: cut at it (a reader hides it), as any unflushed tail."""
+    infos = fill(log_dir, clock)
+    last = infos[-1]
+    path = segment_path(log_dir, last)
+    if damage == "last offset delta":
+        flip(path, last.position + LAST_OFFSET_DELTA, 0x80)
+    else:
+        flip_base_offset_bit(path, last.position, last.first_offset, upwards=False)
+    log = Log.open(log_dir / "t-0", CONFIG, clock=clock, writable=writable,
+                   had_clean_shutdown=True,
+                   recovery_point=10 * BATCHES if clean_end else 0)  # fmt: skip
+    try:
+        assert (log.log_start_offset, log.log_end_offset) == (0, last.first_offset)
+        assert read_from(log, 0) == (list(range(last.first_offset)), None)
+        if writable:
+            assert log.append([b"next"]).first_offset == last.first_offset
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("writable", [True, False], ids=["writer", "reader"])
+def test_a_missing_segment_after_the_recovery_point_keeps_the_positions_after_it(
+    log_dir: Path, clock: ManualClock, writable: bool
+) -> None:
+    """7 (seed 4, through a read-only mount: ``pread`` after the hole returned other
+    bytes). After a crash, the segments recovery re-validates get their position index
+    settled after it, each from the end of the one before, a hole of offsets or not: a
+    segment file missing from the middle moved every later position back by its size.
+    They are settled as the pass settles the others: after a hole, from the segment's
+    own entry 0."""
+    log = Log.open(log_dir / "t-0", CONFIG, clock=clock, extension=SPEC)
+    for i in range(BATCHES):
+        log.append([b"record %04d" % (10 * i + k) for k in range(10)])
+    starts = [(s.base_offset, s.extension_start) for s in log.segments.values()]
+    assert len(starts) >= 4
+    log.close()
+    missing = starts[2][0]
+    (log_dir / "t-0" / f"{missing:020d}.log").unlink()
+    log = Log.open(log_dir / "t-0", CONFIG, clock=clock, extension=SPEC, writable=writable,
+                   had_clean_shutdown=False, recovery_point=starts[1][0])  # fmt: skip
+    try:
+        assert [(s.base_offset, s.extension_start) for s in log.segments.values()] == [
+            start for start in starts if start[0] != missing
+        ]
+        with pytest.raises(CorruptRecordError, match="missing"):
+            list(log.records(0))
+    finally:
+        log.close()
+
+
+def _set_base_offset(path: Path, position: int, base_offset: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        f.write(base_offset.to_bytes(8, "big"))
+
+
+@pytest.mark.parametrize("down", [2, 10, 13], ids=["into the batch before", "onto it", "below"])
+@pytest.mark.parametrize("where", ["middle", "first of a segment"])
+@pytest.mark.parametrize("writable", [True, False], ids=["writer", "reader"])
+def test_a_read_that_goes_on_at_a_batch_whose_base_offset_went_down_stops_there(
+    log_dir: Path, clock: ManualClock, down: int, where: str, writable: bool
+) -> None:
+    """8 (found by checking the render process's fills against the daemon's reads). A
+    read from the offset right after a batch (where the daemon's reader goes on after
+    the bytes it rendered, and where it enters the next segment) met a batch whose base
+    offset was damaged downwards (outside the CRC) as its first: still reaching that
+    offset, it was served under offsets it never had (the first batch of a read may
+    start before the offset asked for); ending below it, it was passed over, and the
+    next batch served after what looked like compaction's gap. The read now scans the
+    batch before too (from a segment's first byte when it enters it) and judges the
+    next one by it."""
+    infos = fill(log_dir, clock)
+    if where == "middle":
+        bad = middle_of_first_segment(infos)
+    else:
+        bad = next(i for i in infos if i.segment_base_offset > 0 and i.position == 0)
+    before = next(i for i in infos if i.last_offset == bad.first_offset - 1)
+    _set_base_offset(segment_path(log_dir, bad), bad.position, bad.first_offset - down)
+    log = Log.open(log_dir / "t-0", CONFIG, clock=clock, writable=writable)
+    try:
+        # From the start, and from each offset a reader goes on at before it.
+        for start in (0, before.first_offset, bad.first_offset):
+            served, error = read_from(log, start)
+            assert served == list(range(start, bad.first_offset)), (start, served[-3:])
+            assert error is not None, start
+            assert error.path == segment_path(log_dir, bad)
+            assert error.offset == bad.first_offset
+        with pytest.raises(CorruptRecordError):
+            next(iter(log.batches(bad.first_offset)))
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("cut", ["middle", "last batch"])
+@pytest.mark.parametrize("writable", [True, False], ids=["writer", "reader"])
+def test_a_sealed_segment_cut_at_a_batch_boundary_is_not_passed_over(
+    log_dir: Path, clock: ManualClock, cut: str, writable: bool
+) -> None:
+    """9 (seed 10). A sealed segment cut short at a batch boundary keeps index entries
+    naming the batches it lost (the time index's final entry names its last offset):
+    taken as proof that it ends right before the next segment, the read ran out of it
+    and went on at the next one, the lost offsets skipped in silence. (Its end was
+    measured from its last offset-index entry, which lay past the end of the file: a
+    scan of the whole segment found none of the batches wanted and framed nothing.) Now
+    an index entry proves the end only when the batch it names ends the file, and the
+    scan starts from an entry only when the entry's batch is there: the offsets the
+    cut lost are a hole, and reads raise there."""
+    infos = fill(log_dir, clock)
+    in_first = [info for info in infos if info.segment_base_offset == 0]
+    kept = in_first[len(in_first) // 2] if cut == "middle" else in_first[-1]
+    with open(segment_path(log_dir, kept), "r+b") as f:
+        f.truncate(kept.position)  # the batches from ``kept`` on are gone
+    log = Log.open(log_dir / "t-0", CONFIG, clock=clock, writable=writable)
+    try:
+        served, error = read_from(log, 0)
+        assert served == list(range(kept.first_offset))
+        assert error is not None
+        assert (error.path, error.offset) == (segment_path(log_dir, kept), kept.first_offset)
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("where", ["middle", "first of a segment"])
+@pytest.mark.parametrize("writable", [True, False], ids=["writer", "reader"])
+def test_a_read_from_inside_a_batch_whose_base_offset_went_up_serves_nothing_of_it(
+    log_dir: Path, clock: ManualClock, where: str, writable: bool
+) -> None:
+    """10. A read by offset starting past a batch's true offsets but inside the ones its
+    base offset, damaged upwards (outside the CRC), makes it claim took it for the
+    batch holding the offset (the first batch of a read may start before it) and
+    served its last records under offsets they never had (``consume -o N``), then
+    blamed the next batch. A read from inside a batch now judges it as a read from the
+    batch before it would."""
+    infos = fill(log_dir, clock)
+    if where == "middle":
+        bad = middle_of_first_segment(infos)
+    else:
+        bad = next(i for i in infos if i.segment_base_offset > 0 and i.position == 0)
+    _set_base_offset(segment_path(log_dir, bad), bad.position, bad.first_offset + 2)
+    log = Log.open(log_dir / "t-0", CONFIG, clock=clock, writable=writable)
+    try:
+        for start in (bad.last_offset + 1, bad.last_offset + 2, bad.first_offset + 5):
+            served, error = read_from(log, start)
+            assert served == [], (start, served)
+            assert error is not None
+            assert (error.path, error.position, error.offset) == (
+                segment_path(log_dir, bad),
+                bad.position,
+                start,
+            )
+    finally:
+        log.close()
