@@ -55,6 +55,7 @@ from ..record.file_records import FileRecords
 from ..record.record_batch import (
     HEADER_SIZE_UP_TO_MAGIC,
     MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
     RecordBatch,
     batch_size_at,
     read_batch,
@@ -411,7 +412,12 @@ class _Pass:
             found = segment.recover_tail(rebuild_indexes=True, end_offset=clean_end)
             _log_cut(segment, found, self.writable, hidden=0)
             if not self.writable:
-                self.hidden_tail = HiddenTail(segment.base_offset, found.valid_bytes, frozenset())
+                self.hidden_tail = HiddenTail(
+                    segment.base_offset,
+                    found.valid_bytes,
+                    frozenset(),
+                    _bytes_at(segment.path, found.valid_bytes),
+                )
             end, framed_to = found.next_offset, found.valid_bytes
         if framed_to == segment.size:
             self.ends[segment.base_offset] = end
@@ -994,7 +1000,10 @@ def _recover_from(segments: LogSegments, recovery_point: int, writable: bool, lo
                     removed.close_handlers()
             if not writable:
                 segments.hidden_tail = HiddenTail(
-                    segment.base_offset, found.valid_bytes, frozenset(later)
+                    segment.base_offset,
+                    found.valid_bytes,
+                    frozenset(later),
+                    _bytes_at(segment.path, found.valid_bytes),
                 )
             return
 
@@ -1172,11 +1181,23 @@ def _replaced_segments(directory: Path, segments: LogSegments, on_disk: set[int]
     return replaced
 
 
+def _bytes_at(path: Path, position: int) -> bytes:
+    """Up to a batch header's bytes of ``path`` at ``position`` (b"" when unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(position)
+            return f.read(RECORD_BATCH_OVERHEAD)
+    except OSError:
+        return b""
+
+
 def _still_hidden(directory: Path, hidden: HiddenTail) -> bool:
     """Whether the bytes a reader's recovery hid are still as the writer's recovery
     would cut them: the file is there, longer than the valid prefix, and what follows
-    it is still no whole valid batch (a writer that recovered cut it, then may have
-    appended a valid batch there). Cost: one open and one or two ``pread`` calls."""
+    it is the batch that was hidden (its first bytes unchanged: a batch hidden for a
+    base offset after a gap passes its CRC) or still no whole valid batch (a writer
+    that recovered cut it, then may have appended a valid batch there). Cost: one open
+    and one or two ``pread`` calls."""
     try:
         fd = os.open(log_file(directory, hidden.base_offset), os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -1186,6 +1207,10 @@ def _still_hidden(directory: Path, hidden: HiddenTail) -> bool:
         start = hidden.valid_bytes
         if size <= start:
             return False
+        if hidden.first_hidden and (
+            os.pread(fd, len(hidden.first_hidden), start) == hidden.first_hidden
+        ):
+            return True
         header = os.pread(fd, HEADER_SIZE_UP_TO_MAGIC, start)
         if len(header) < HEADER_SIZE_UP_TO_MAGIC:
             return True

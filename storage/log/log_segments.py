@@ -33,6 +33,10 @@ class HiddenTail(NamedTuple):
     base_offset: int
     valid_bytes: int
     hidden_bases: frozenset[int]
+    first_hidden: bytes = b""
+    """The first bytes of what was hidden (up to a batch header), as they were: the
+    same bytes there later are the same hidden batch, whatever its CRC says (one
+    hidden for offsets its CRC does not cover, a base offset after a gap, is valid)."""
 
 
 class LogSegments:

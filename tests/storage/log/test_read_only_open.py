@@ -117,3 +117,31 @@ def test_a_half_written_batch_is_read_past_quietly_and_left_alone(
     reader.close()
     assert path.read_bytes() == half_written
     writer.close()
+
+
+def test_a_tail_hidden_for_a_gap_stays_hidden_on_refresh(log_dir: Path, clock: ManualClock) -> None:
+    # Found by test_corruption (seed 26): the active segment's only batch, its base
+    # offset damaged upwards (outside the CRC: a gap nothing after it can disprove),
+    # is hidden by a reader's recovery after a crash; refresh() took it for a batch a
+    # writer had appended since (it passes its CRC) and served it again, under offsets
+    # it never had.
+    writer, written = writer_of_ten(log_dir, clock)
+    writer.roll()
+    writer.append([b"after the roll"])
+    writer.flush()
+    path = writer.active_segment.path
+    writer.close()
+    data = bytearray(path.read_bytes())
+    data[7] ^= 0x10  # the base offset's last byte: 10 -> 26
+    path.write_bytes(data)
+    reader = Log.open(
+        log_dir / "t-0", CONFIG, clock=clock, writable=False, had_clean_shutdown=False
+    )
+    try:
+        assert read_all(reader) == written
+        for _ in range(2):
+            reader.refresh()
+            assert read_all(reader) == written
+            assert reader.log_end_offset == len(written)
+    finally:
+        reader.close()
