@@ -56,6 +56,7 @@ from seglogfs.setup_check import check_log_dir, log_dir_error
 from storage import CorruptRecordError, RecordBatch, StorageError, TopicMetadata, iter_batches
 from storage.log.checkpoint import read_extension_start_checkpoint, read_offset_checkpoint
 from storage.log.file_names import (
+    CLEAN_SHUTDOWN_FILE,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     SEGLOG_LOCK_FILE,
@@ -191,6 +192,12 @@ def verify_log_dir(log_dir: Path, *, progress: bool = False) -> list[Problem]:
                     problems.append(Problem(directory, None, f"not a partition directory: {exc}"))
                     continue
             verifier = _PartitionVerifier(directory, metadata, writer, problems, bar)
+            if (log_dir / CLEAN_SHUTDOWN_FILE).exists():
+                # The loader trusts the active segment up to the recovery point only.
+                point = checkpoints[RECOVERY_POINT_CHECKPOINT].get(tp, 0)
+                verifier.trusted_end = point if point > 0 else None
+            else:
+                verifier.trusted_end = 0  # no marker: recovery re-validates the tail
             end = verifier.run()
             if not directory.is_dir():
                 continue  # deleted while we looked: its checkpoint entries go next
@@ -231,6 +238,10 @@ class _PartitionVerifier:
         self.checkpointed_start: tuple[int, int] | None = None  # read by ``run``
         self.compact = "compact" in metadata.overrides.get("cleanup.policy", "delete").split(",")
         self.writer = writer
+        # Where the next open stops trusting the active segment without re-validating
+        # it (``log_loader``: the recovery point after a clean shutdown, 0 after a
+        # crash; None: everything is trusted).
+        self.trusted_end: int | None = None
         self.problems = problems
         self.bar = bar
 
@@ -277,7 +288,33 @@ class _PartitionVerifier:
                 )
             if segment is not None:
                 previous, units_end = segment, end_units
+                if last and holes_damage and not self.writer:
+                    self.check_unconfirmed_gap(segment)
         return previous.next_offset if previous is not None else 0
+
+    def check_unconfirmed_gap(self, active: _Segment) -> None:
+        """Report the active segment's last batch when it starts after a gap of offsets
+        under ``cleanup.policy=delete`` and ends past what the next open trusts (no
+        clean-shutdown marker, or past the checkpointed recovery point): only a base
+        offset damaged upwards (outside the CRC) makes such a gap, and no batch after
+        it can disprove it (``storage.log.segment.gap_disproved``), so readers hide it
+        and recovery cuts it; without this, verify found nothing in the ``.log`` where
+        readers lose the batch."""
+        if not active.batches or self.trusted_end is None:
+            return
+        final = active.batches[-1]
+        if final.last_offset + 1 <= self.trusted_end:
+            return
+        batches = active.batches
+        expected = batches[-2].last_offset + 1 if len(batches) > 1 else active.base_offset
+        if final.base_offset > expected:
+            self.problem(
+                active.log_path,
+                final.position,
+                f"batch offsets {final.base_offset}..{final.last_offset} leave out offsets "
+                f"{expected}..{final.base_offset - 1} and no batch after it confirms the "
+                "gap (its base offset may be damaged): recovery cuts it",
+            )
 
     def check_hole(self, previous: _Segment, base: int) -> bool:
         """Report a hole of offsets before segment ``base``; return whether there is one.

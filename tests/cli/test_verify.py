@@ -596,3 +596,32 @@ def test_a_wrong_first_position_entry_is_still_reported(log_dir: Path, clock: Ma
     problems = verify_log_dir(log_dir)
     assert [(p.path, p.position) for p in problems] == [(checkpoint, None)]
     assert problems[0].message.startswith(f"malformed checkpoint file {checkpoint}, line 2: ")
+
+
+def test_a_last_batch_after_an_unconfirmed_gap_of_a_crashed_log(log_dir: Path) -> None:
+    # Found by test_corruption (seed 26): the active segment's only batch, its base
+    # offset damaged upwards (outside the CRC), in a log without a clean-shutdown marker:
+    # readers hide it and recovery cuts it, and verify reported nothing.
+    with LogManager.open(log_dir) as manager:
+        manager.create_topic("t", 1)
+        log = manager.log("t", 0)
+        for i in range(10):
+            log.append([b"record %d" % i])
+        log.roll()
+        log.append([b"after the roll"])
+    active = log_dir / "t-0" / "00000000000000000010.log"
+    data = bytearray(active.read_bytes())
+    data[7] ^= 0x10  # the base offset's last byte: 10 -> 26
+    active.write_bytes(data)
+    expected = (
+        f"{active}: byte 0: batch offsets 26..26 leave out offsets 10..25 and no batch "
+        "after it confirms the gap (its base offset may be damaged): recovery cuts it"
+    )
+    # After a clean shutdown (its end past the recovery point 11) and after a crash.
+    for marker in (True, False):
+        if not marker:
+            (log_dir / ".kafka_cleanshutdown").unlink()
+        assert expected in [str(p) for p in verify_log_dir(log_dir)]
+        with LogManager.open(log_dir, read_only=True) as reader:
+            served = [r.value for r in reader.log("t", 0).records(0)]
+        assert served == [b"record %d" % i for i in range(10)]  # readers: hidden
