@@ -191,13 +191,14 @@ def verify_log_dir(log_dir: Path, *, progress: bool = False) -> list[Problem]:
                     # The engine skips such a directory too (with a warning).
                     problems.append(Problem(directory, None, f"not a partition directory: {exc}"))
                     continue
-            verifier = _PartitionVerifier(directory, metadata, writer, problems, bar)
+            trusted_end: int | None = 0  # no marker: recovery re-validates the tail
             if (log_dir / CLEAN_SHUTDOWN_FILE).exists():
                 # The loader trusts the active segment up to the recovery point only.
                 point = checkpoints[RECOVERY_POINT_CHECKPOINT].get(tp, 0)
-                verifier.trusted_end = point if point > 0 else None
-            else:
-                verifier.trusted_end = 0  # no marker: recovery re-validates the tail
+                trusted_end = point if point > 0 else None
+            verifier = _PartitionVerifier(
+                directory, metadata, writer, problems, bar, trusted_end=trusted_end
+            )
             end = verifier.run()
             if not directory.is_dir():
                 continue  # deleted while we looked: its checkpoint entries go next
@@ -228,6 +229,8 @@ class _PartitionVerifier:
         writer: bool,
         problems: list[Problem],
         bar: tqdm,
+        *,
+        trusted_end: int | None = None,
     ) -> None:
         self.directory = directory
         # The position index's units: this partition's rendered bytes (a json topic's
@@ -241,7 +244,7 @@ class _PartitionVerifier:
         # Where the next open stops trusting the active segment without re-validating
         # it (``log_loader``: the recovery point after a clean shutdown, 0 after a
         # crash; None: everything is trusted).
-        self.trusted_end: int | None = None
+        self.trusted_end = trusted_end
         self.problems = problems
         self.bar = bar
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -59,9 +58,6 @@ class FetchData:
 
     def __len__(self) -> int:
         return self.size
-
-    def __iter__(self) -> Iterator[bytes | FileRegion]:
-        return iter(self.parts)
 
     def to_bytes(self) -> bytes:
         """Every byte, read now (tests, and callers that want a copy)."""
