@@ -116,6 +116,8 @@ class _Segment:
     batches: list[_Batch]
     next_offset: int  # after the last complete batch (base offset when empty)
     framed: bool = True  # its batch headers frame to the end of the file
+    size: int = 0  # bytes of the .log as read
+    cut_reported: bool = False  # "the log was cut short" said once per segment
 
 
 def _read(path: Path) -> bytes | None:
@@ -390,7 +392,7 @@ class _PartitionVerifier:
         data = _read(path)
         if data is None:
             return None
-        segment = _Segment(base, path, [], base)
+        segment = _Segment(base, path, [], base, size=len(data))
         consumed = 0
         try:
             for batch in iter_batches(data):
@@ -485,6 +487,27 @@ class _PartitionVerifier:
                 return
             yield slot, slot * layout.size, fields
 
+    def check_cut_short(self, segment: _Segment, index_path: Path, offset: int) -> None:
+        """Name the ``.log`` whose index holds an entry past its end, once.
+
+        An index entry is written after the batch it names, so one past the log's end
+        means the log lost bytes it had (truncated, or a power loss kept the index's
+        pages and not the log's). Cut at a batch boundary the log itself still frames
+        cleanly: without this only the indexes and the next segment (the hole) would
+        be named, not the file the records went from.
+        """
+        if segment.cut_reported or not segment.framed:
+            return
+        segment.cut_reported = True
+        end = segment.next_offset
+        ends = f"ends after offset {end - 1}" if end > segment.base_offset else "holds no batch"
+        self.problem(
+            segment.log_path,
+            segment.size,
+            f"the log {ends} but {index_path.name} names offset {offset}: the segment "
+            f"was cut short, offsets {end}..{offset} at least are gone",
+        )
+
     def _index_size(self, path: Path, data: bytes, entry_size: int) -> None:
         if len(data) % entry_size:
             self.problem(
@@ -508,6 +531,8 @@ class _PartitionVerifier:
                     f"(offset {previous[0]}, position {previous[1]})",
                 )
             batch = by_position.get(position)
+            if batch is None and position >= segment.size:
+                self.check_cut_short(segment, path, offset)
             if batch is None:
                 self.problem(
                     path,
@@ -539,6 +564,8 @@ class _PartitionVerifier:
                     f"(timestamp {previous[0]}, offset {previous[1]})",
                 )
             batch = by_last_offset.get(offset)
+            if batch is None and offset >= segment.next_offset:
+                self.check_cut_short(segment, path, offset)
             if batch is None:
                 self.problem(path, at, f"entry names offset {offset}, which ends no batch")
             elif batch.max_timestamp != timestamp:

@@ -86,6 +86,35 @@ def test_partial_batch_in_a_sealed_segment(cli: Cli, log_dir: Path, clock: Manua
     assert cli("verify").code == 1
 
 
+def test_sealed_segment_cut_at_a_batch_boundary_names_its_log(
+    cli: Cli, log_dir: Path, clock: ManualClock
+) -> None:
+    # Cut between two batches the .log frames cleanly: only its indexes (entries past
+    # its end) and the next segment (a hole of offsets) would be named, not the file
+    # the records went from (corruption harness, seed 10).
+    _build(log_dir, clock)
+    segment = _segments(log_dir / "a-0")[0]
+    data = segment.read_bytes()
+    first_batch = struct.unpack_from(">i", data, 8)[0] + 12
+    assert first_batch < len(data)
+    os.truncate(segment, first_batch)
+    problems = verify_log_dir(log_dir)
+    on_log = [p for p in problems if p.path == segment]
+    assert len(on_log) == 1, problems
+    assert on_log[0].position == first_batch
+    last_offset = struct.unpack_from(">q", data, 0)[0] + struct.unpack_from(">i", data, 23)[0]
+    assert on_log[0].message.startswith(
+        f"the log ends after offset {last_offset} but {segment.with_suffix('.index').name}"
+    ) or on_log[0].message.startswith(
+        f"the log ends after offset {last_offset} but {segment.with_suffix('.timeindex').name}"
+    )
+    assert "cut short" in on_log[0].message
+    assert {p.path.suffix for p in problems} >= {".log", ".index", ".timeindex"}
+    result = cli("verify")
+    assert result.code == 1
+    assert f"{segment}: byte {first_batch}: the log ends after offset" in result.text
+
+
 def test_partial_tail_of_the_active_segment_only_while_a_writer_runs(
     log_dir: Path, clock: ManualClock
 ) -> None:
