@@ -49,6 +49,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..atomic_file import fsync_directory
 from ..clock import Clock
 from ..errors import CorruptCheckpointError, CorruptIndexError, CorruptRecordError, StorageError
 from ..record.file_records import FileRecords
@@ -855,6 +856,10 @@ def _complete_swaps(directory: Path, extension: ExtensionIndexSpec | None) -> No
         next_offset = _swap_end(swap, base_offset)
         # The order is important: the replaced segments go first, then the swap file
         # takes its final name. A crash in between leaves the .swap, and this runs again.
+        # The unlinks are made durable before the rename: a power cut may otherwise keep
+        # the rename and lose an unlink, and a replaced segment comes back beside the
+        # cleaned one that holds its offsets (the rename's own target needs no care: its
+        # unlink and the rename replace the same name, in order).
         for replaced in _segment_base_offsets(os.listdir(directory)):
             if base_offset <= replaced < next_offset:
                 paths = [
@@ -868,6 +873,7 @@ def _complete_swaps(directory: Path, extension: ExtensionIndexSpec | None) -> No
                 for path in paths:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(path)
+        fsync_directory(directory)
         os.rename(swap, log_file(directory, base_offset))
         logger.info("%s: completed swap of segment %d", directory.name, base_offset)
 

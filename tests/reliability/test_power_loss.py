@@ -16,7 +16,9 @@ The ``compaction`` workload (keyed records, tombstones, forced cleaning passes w
 without the position index) found three more under both models, also fixed and kept
 there: a positioned pass's commit point with no durable anchor for the units (D4), a
 reader ignoring a committed but unfinished swap (D5), and, through the position check
-it added, a reader taking positions from unsynced index entries (D6).
+it added, a reader taking positions from unsynced index entries (D6). D7 (completing an
+interrupted swap after a power cut: its unlinks not durable before its rename) was found
+reading the loader; its regression builds the state the random runs rarely reach.
 
 Runs from a crash state (recovery, then more appends, a power cut during either)
 are explored too. The CI budget is ``explore.CI``; ``pytest -m long`` runs ``LONG``
