@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from .power_loss.crash_states import Analysis, Model
+from .power_loss.crash_states import Analysis, Model, recovery_cuts, swap_commit_cuts
 from .power_loss.explore import CI, LONG, SEED, Budget, Exploration, explore, scratch
 from .power_loss.workloads import WORKLOADS, Recording, record_recovery, record_workload
 
@@ -67,16 +67,32 @@ def _assert_clean(result: Exploration) -> None:
 
 
 def _after_recovery(
-    scratch_path: Path, model: Model, *, budget: Budget, runs: int, scale: int
+    scratch_path: Path,
+    model: Model,
+    *,
+    budget: Budget,
+    runs: int,
+    scale: int,
+    every_recovery_step: bool,
 ) -> list[Exploration]:
-    """Explore runs that start from crash states of the workloads (drawn, seeded)."""
+    """Explore runs that start from crash states of the workloads (drawn, seeded);
+    compaction's also from a cleaning pass interrupted after its commit point (a
+    random cut rarely lands there with several replaced segments left to remove).
+    Those runs, and every run when ``every_recovery_step``, are cut after each step
+    of their recovery too (``recovery_cuts``): a second power cut during recovery."""
     rng = random.Random(f"after-recovery/{model.value}/{SEED}")
     results = []
     for name in ("appends_and_flushes", "retention", "reopen", "topics", "compaction"):
         first = _record(scratch_path / name, name, scale=scale)
         analysis = Analysis(first.recorder.initial, first.ops)
-        for run in range(runs):
-            cut = rng.randrange(len(first.ops) // 3, len(first.ops) + 1)
+        starts = [
+            (rng.randrange(len(first.ops) // 3, len(first.ops) + 1), every_recovery_step)
+            for _ in range(runs)
+        ]
+        if name == "compaction":
+            swaps = swap_commit_cuts(first.ops)
+            starts += [(cut, True) for cut in rng.sample(swaps, min(runs, len(swaps)))]
+        for run, (cut, step_by_step) in enumerate(starts):
             state = rng.choice(analysis.states(cut, model, 3, rng))
             label = f"{name} cut {cut} ({state.how}), then recovery"
             second = record_recovery(
@@ -87,7 +103,8 @@ def _after_recovery(
                 name=label,
                 seed=run,
             )
-            results.append(explore(second, model, budget))
+            extra = recovery_cuts(second.ops) if step_by_step else ()
+            results.append(explore(second, model, budget, extra_cuts=extra))
     return results
 
 
@@ -103,7 +120,9 @@ def test_power_loss(scratch_path: Path, name: str, model: Model) -> None:
 @pytest.mark.parametrize("model", list(Model))
 def test_power_loss_after_recovery(scratch_path: Path, model: Model) -> None:
     budget = Budget(cuts=12, states_per_cut=2)
-    for result in _after_recovery(scratch_path, model, budget=budget, runs=1, scale=1):
+    for result in _after_recovery(
+        scratch_path, model, budget=budget, runs=1, scale=1, every_recovery_step=False
+    ):
         _assert_clean(result)
 
 
@@ -121,5 +140,7 @@ def test_power_loss_long(scratch_path: Path, name: str, model: Model) -> None:
 @pytest.mark.parametrize("model", list(Model))
 def test_power_loss_after_recovery_long(scratch_path: Path, model: Model) -> None:
     budget = Budget(cuts=100, states_per_cut=5)
-    for result in _after_recovery(scratch_path, model, budget=budget, runs=3, scale=2):
+    for result in _after_recovery(
+        scratch_path, model, budget=budget, runs=3, scale=2, every_recovery_step=True
+    ):
         _assert_clean(result)

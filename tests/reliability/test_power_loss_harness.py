@@ -27,10 +27,16 @@ from storage.log import log_loader
 from storage.log.file_names import RECOVERY_POINT_CHECKPOINT
 from storage.record.file_records import FileRecords
 
-from .power_loss.crash_states import Analysis, Model, choose_cuts
+from .power_loss.crash_states import (
+    Analysis,
+    Model,
+    choose_cuts,
+    recovery_cuts,
+    swap_commit_cuts,
+)
 from .power_loss.explore import Budget, Exploration, explore, scratch
 from .power_loss.recorder import Kind, Op, Recorder, RecorderError, Tree
-from .power_loss.workloads import record_workload
+from .power_loss.workloads import record_recovery, record_workload
 
 # -- the recorder ---------------------------------------------------------------------------
 
@@ -321,3 +327,27 @@ def test_harness_detects_a_recovery_that_keeps_a_torn_tail(scratch_path: Path) -
     with mock.patch.object(log_loader, "_recover_from", return_value=None):
         result = explore(recording, Model.POSIX, Budget(cuts=60, states_per_cut=4), stop_after=1)
     assert result.violations, result.summary()
+
+
+def test_harness_detects_an_unordered_swap_completion_during_recovery(
+    scratch_path: Path,
+) -> None:
+    # Recovery completing an interrupted cleaning swap without making its unlinks
+    # durable before the rename (power-loss D7): the runs that start from a pass's
+    # commit point and cut every recovery step must find it.
+    first = record_workload("compaction", scratch_path / "logs")
+    cut = swap_commit_cuts(first.ops)[0]
+    analysis = Analysis(first.recorder.initial, first.ops)
+    state = analysis.states(cut, Model.POSIX, 1, random.Random(0))[0]
+    with mock.patch.object(log_loader, "fsync_directory", return_value=None):
+        second = record_recovery(
+            state, first.oracle.at(cut), scratch_path / "again", now_ms=first.now_ms, name="swap"
+        )
+    result = explore(
+        second,
+        Model.POSIX,
+        Budget(cuts=0, states_per_cut=2),
+        extra_cuts=recovery_cuts(second.ops),
+        stop_after=1,
+    )
+    assert any("durable records lost" in v.what for v in result.violations), result.summary()

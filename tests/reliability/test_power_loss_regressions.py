@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from .power_loss.checker import Violation, check_state
-from .power_loss.crash_states import Analysis, Model
+from .power_loss.crash_states import Analysis, Model, swap_commit_cuts
 from .power_loss.explore import scratch
 from .power_loss.recorder import Kind, Op
 from .power_loss.workloads import SMALL, Driver, Recording, record_recovery, record_workload
@@ -302,20 +302,6 @@ def test_reader_measures_an_unflushed_segment_again(scratch_path: Path) -> None:
     assert check_state(state, expect, scratch_path / "check", now_ms=recording.now_ms) == []
 
 
-def _replaces_several(ops: list[Op], swap: Op) -> bool:
-    """Whether ``swap`` commits a cleaned segment that stands for several old ones
-    (their ``.log`` renamed ``.deleted`` before the swap takes its final name)."""
-    if swap.kind is not Kind.RENAME or not swap.name2.endswith(".log.swap"):
-        return False
-    retired: set[str] = set()
-    for op in ops[swap.seq + 1 :]:
-        if op.kind is Kind.RENAME and op.name == swap.name2:
-            break
-        if op.kind is Kind.RENAME and op.name2.endswith(".log.deleted"):
-            retired.add(op.name2)
-    return len(retired) > 1
-
-
 def test_completing_an_interrupted_swap_is_durable_in_order(scratch_path: Path) -> None:
     # D7 (found reading the loader, not by the harness: its recovery runs start from
     # random crash states, few of them inside a swap). A power cut after a pass's
@@ -327,9 +313,7 @@ def test_completing_an_interrupted_swap_is_durable_in_order(scratch_path: Path) 
     # directory is fsynced between them (``log_loader._complete_swaps``).
     first = _record(scratch_path, _compacted_passes("plainc", 2))  # the 2nd merges
     ops = first.ops
-    swap = next(op for op in ops if _replaces_several(ops, op))
-    commit = next(op for op in ops if op.kind is Kind.DIRSYNC and op.seq > swap.seq)
-    cut = commit.seq + 1
+    cut = swap_commit_cuts(ops)[0]
     interrupted = Analysis(first.recorder.initial, ops).posix_state(
         cut, lambda op: False, data="none"
     )

@@ -344,6 +344,64 @@ def choose_cuts(ops: list[Op], count: int, rng: random.Random) -> list[int]:
     return sorted(chosen)
 
 
+def swap_commit_cuts(ops: list[Op]) -> list[int]:
+    """Cut points just after a cleaning pass's commit point (the directory fsync that
+    made its ``.log.swap`` names durable) where a swap stands for several old
+    segments: the states a recovery must complete such a swap from. Random cuts
+    rarely land there (power-loss D7 lived there).
+
+    The pass renames every replaced ``.log`` ``.deleted`` after its commit point,
+    then the swaps take their final names (``Log.replace_segments``): the swap based
+    at B replaced the ``.deleted`` bases from B up to the next swap's base.
+    """
+    cuts: set[int] = set()
+    pending: dict[int, list[int]] = {}  # directory node -> swap bases not committed
+    for op in ops:
+        if op.kind is Kind.RENAME and op.name2.endswith(".log.swap"):
+            pending.setdefault(op.parent2, []).append(int(op.name2[:20]))
+        elif op.kind is Kind.DIRSYNC and op.node in pending:
+            swaps = sorted(pending.pop(op.node))
+            retired = _retired_after(ops, op.seq, op.node)
+            for i, base in enumerate(swaps):
+                until = swaps[i + 1] if i + 1 < len(swaps) else 1 << 63
+                if sum(base <= old < until for old in retired) > 1:
+                    cuts.add(op.seq + 1)
+    return sorted(cuts)
+
+
+def _retired_after(ops: list[Op], commit: int, directory: int) -> list[int]:
+    """The base offsets of the ``.log`` files of ``directory`` renamed ``.deleted``
+    after the commit at ``commit``, until a swap takes its final name."""
+    retired = []
+    for op in ops[commit + 1 :]:
+        if op.kind is not Kind.RENAME or op.parent != directory:
+            continue
+        if op.name.endswith(".log.swap"):
+            break
+        if op.name2.endswith(".log.deleted"):
+            retired.append(int(op.name2[:20]))
+    return retired
+
+
+def recovery_cuts(ops: list[Op]) -> list[int]:
+    """Every cut point just after a namespace operation or a sync of the first
+    ``LogManager.open`` of a recording (the recovery of the state it started from):
+    a second power cut during recovery must keep what the first run promised, and
+    recovery's own steps are few enough to try each."""
+    inside = False
+    cuts = []
+    for op in ops:
+        if op.kind is Kind.MARK:
+            text = str(op.event)
+            if text.startswith("begin LogManager.open"):
+                inside = True
+            elif inside and text.startswith("end LogManager.open"):
+                break
+        elif inside and (op.kind in NAMESPACE_KINDS or op.kind in (Kind.FSYNC, Kind.DIRSYNC)):
+            cuts.append(op.seq + 1)
+    return cuts
+
+
 def state_files(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` by relative path (to compare trees)."""
     out: dict[str, bytes] = {}

@@ -8,7 +8,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,10 @@ CI = Budget(cuts=40, states_per_cut=3)
 LONG = Budget(cuts=300, states_per_cut=8)
 SEED = int(os.environ.get("SEGLOG_POWER_LOSS_SEED", "17"))
 """The sampler's seed (cut points and states); set the variable to explore others."""
+EXTRA_STATES = 6
+"""States drawn at each cut asked for by name (``explore``'s ``extra_cuts``): beyond
+"durable only" and "all issued", random ones, where several steps not yet durable
+reach the disk in some mix (two states per cut draw none)."""
 KEEP = os.environ.get("SEGLOG_POWER_LOSS_KEEP")
 """A directory to copy each violating crash state to, as it was before recovery."""
 
@@ -84,8 +88,10 @@ def explore(
     seed: int = SEED,
     stop_after: int | None = None,
     workspace: Path | None = None,
+    extra_cuts: Collection[int] = (),
 ) -> Exploration:
-    """Check up to ``budget`` crash states of ``recording`` under ``model``.
+    """Check up to ``budget`` crash states of ``recording`` under ``model``, and
+    ``EXTRA_STATES`` states at each of ``extra_cuts`` besides.
 
     A state already checked against the same expectation (the same bytes at another
     cut, with the same promises in force) is counted but not opened again.
@@ -99,11 +105,15 @@ def explore(
     own = workspace is None
     base = scratch_dir() if workspace is None else workspace
     try:
-        for cut in choose_cuts(recording.ops, budget.cuts, rng):
+        cuts = sorted(set(choose_cuts(recording.ops, budget.cuts, rng)) | set(extra_cuts))
+        for cut in cuts:
             result.cuts += 1
             expect = recording.oracle.at(cut)
             key = expect.key()
-            for state in analysis.states(cut, model, budget.states_per_cut, rng):
+            per_cut = budget.states_per_cut
+            if cut in extra_cuts:
+                per_cut = max(per_cut, EXTRA_STATES)
+            for state in analysis.states(cut, model, per_cut, rng):
                 result.states += 1
                 signature = (state.digest(), key)
                 if signature in checked:
