@@ -22,9 +22,12 @@ whichever face runs them.
   pass until clean over the named topics (all compacted topics when none is named),
   its result as the JSON the ``compact`` op returns.
 
-The rule's check and the change are two steps, not one under the engine's lock: two
-writers racing to set a topic's policy and its rendering could pass both checks (the
-file system's writes are then refused one by one, as for a compacted ``raw`` topic).
+The rule's check and the change it guards run under ``TOPIC_RULES``: two requests
+racing to set a topic's policy (control socket, ``setfattr``) and its rendering
+(``setfattr``) would otherwise both pass their checks and leave a compacted ``lines``
+topic without a separator. (The engine's own lock is not held between the two steps,
+hence one here; each process that writes a log directory holds its lock, so one
+process's lock is enough.)
 
 Thread-safety: every function may be called from any thread; ``clean`` and ``compact``
 wait for one another (``CLEANING``). Blocking: engine calls; call them from a worker
@@ -43,11 +46,13 @@ from storage import CleanSummary, ConfigError, LogConfig, LogManager, TopicMetad
 __all__ = [
     "CLEANING",
     "DEFAULT_FORMAT",
+    "TOPIC_RULES",
     "alter_topic_config",
     "clean",
     "compact",
     "create_topic",
     "require_keys_for_compaction",
+    "set_topic_rendering",
     "summary_result",
 ]
 
@@ -57,6 +62,10 @@ DEFAULT_FORMAT: Final = "lines"
 
 CLEANING: Final = threading.Lock()
 """Held by each ``clean`` (and ``compact``) call in this process."""
+
+TOPIC_RULES: Final = threading.Lock()
+"""Held across ``require_keys_for_compaction`` and the change it allows (see the
+module). Taken in worker threads only: never across an ``await``."""
 
 ProgressHook = Callable[[int, int], object]
 """``progress(done_bytes, total_bytes)``: told before the first topic and after each."""
@@ -132,20 +141,45 @@ def alter_topic_config(
         ConfigError: that rule, an unknown key or a bad value; nothing is changed.
         ReadOnlyLogError: the manager is read-only.
     """
-    metadata = manager.topic(name)
     to_delete = list(delete_configs)
-    overrides = {k: v for k, v in metadata.overrides.items() if k not in to_delete}
-    overrides.update(set_configs or {})
-    try:
-        after = manager.broker_config.topic_log_config(overrides)
-    except ConfigError:
-        after = None  # the engine's own error, below, names it
-    # Only a change that makes the topic compacted is refused: one that was already
-    # (made by a Kafka client, or compacted by a broker default changed since) keeps
-    # taking its other settings.
-    if after is not None and not manager.topic_config(name).compact:
-        require_keys_for_compaction(after, metadata.format, metadata.key_separator)
-    return manager.alter_topic_config(name, set_configs, to_delete)
+    with TOPIC_RULES:
+        metadata = manager.topic(name)
+        overrides = {k: v for k, v in metadata.overrides.items() if k not in to_delete}
+        overrides.update(set_configs or {})
+        try:
+            after = manager.broker_config.topic_log_config(overrides)
+        except ConfigError:
+            after = None  # the engine's own error, below, names it
+        # Only a change that makes the topic compacted is refused: one that was already
+        # (made by a Kafka client, or compacted by a broker default changed since) keeps
+        # taking its other settings.
+        if after is not None and not manager.topic_config(name).compact:
+            require_keys_for_compaction(after, metadata.format, metadata.key_separator)
+        return manager.alter_topic_config(name, set_configs, to_delete)
+
+
+def set_topic_rendering(
+    manager: LogManager,
+    name: str,
+    format: str,
+    key_separator: str | None,
+    *,
+    key: str,
+    value: str,
+) -> TopicMetadata:
+    """``LogManager.set_topic_rendering``, refusing a rendering that leaves a compacted
+    topic's lines without keys (``key``/``value``: the change as asked, for the
+    message).
+
+    Raises:
+        ConfigError: that rule or a bad rendering; nothing is changed.
+        As ``LogManager.set_topic_rendering`` (``TopicNotEmptyError``, ...).
+    """
+    with TOPIC_RULES:
+        require_keys_for_compaction(
+            manager.topic_config(name), format, key_separator, key=key, value=value
+        )
+        return manager.set_topic_rendering(name, format, key_separator)
 
 
 def clean(

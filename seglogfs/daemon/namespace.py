@@ -619,17 +619,25 @@ class Namespace(MountState):
             raise fail(errno.EBUSY)
         change = self._rendering_changes[topic] = trio.Event()
         try:
-            new: list[Log] = await self._run(self._sync_set_rendering, topic, fmt, separator)
+            new: list[Log] = await self._run(
+                self._sync_set_rendering, topic, fmt, separator, key, value
+            )
         finally:
             del self._rendering_changes[topic]
             change.set()
         self._follow_rendering(topic, old, new)
 
-    def _sync_set_rendering(self, topic: str, fmt: str, separator: str | None) -> list[Log]:
+    def _sync_set_rendering(
+        self, topic: str, fmt: str, separator: str | None, key: str, value: str
+    ) -> list[Log]:
         # The engine validates again (ConfigError: EINVAL), refuses a topic that holds a
         # record (TopicNotEmptyError: EPERM), and reopens the partition logs so that their
-        # position index follows the new rendering: new Log objects.
-        metadata = self.manager.set_topic_rendering(topic, fmt, separator)
+        # position index follows the new rendering: new Log objects. The compaction rule
+        # is checked again with the change, under its lock: a policy change through the
+        # control socket may have come in since the check above.
+        metadata = admin.set_topic_rendering(
+            self.manager, topic, fmt, separator, key=key, value=value
+        )
         logs = [self.manager.log(topic, p) for p in range(metadata.partitions)]
         for partition, log in enumerate(logs):
             self._active_base[(topic, partition)] = log.active_segment.base_offset
