@@ -4,13 +4,17 @@ as another user), and checking its one-line errors."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import os
+import pty
 import pwd
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,3 +174,34 @@ def read_only_file_system(where: Path, *, holding: Path) -> Iterator[Path]:
         yield where / holding.name
     finally:
         subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def on_terminal(log_dir: Path, *args: str, timeout: float = 120) -> tuple[int, bytes, bytes]:
+    """The console script with stderr on a terminal: exit code, stdout, what the
+    terminal showed."""
+    env = {**os.environ, "SEGLOG_LOG_DIR": str(log_dir)}
+    controller, terminal = pty.openpty()
+    # An 80-column terminal: a pty starts with 0 columns, where a bar has no room.
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    try:
+        process = subprocess.run(
+            [str(SCRIPT), *args],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+        os.close(terminal)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(controller)
+    return process.returncode, process.stdout, shown

@@ -4,20 +4,24 @@ summary and exit codes; and the rule that a compacted ``lines`` topic needs a
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
 import re
-import struct
 import subprocess
-import termios
 from pathlib import Path
 
 import pytest
 
 from seglogfs.positions import position_index_spec
 from storage import BrokerConfig, LogManager, Record
-from tests.cli.conftest import SCRIPT, Cli, refused, run_script, strip_build_notice, tree
+from tests.cli.conftest import (
+    SCRIPT,
+    Cli,
+    on_terminal,
+    refused,
+    run_script,
+    strip_build_notice,
+    tree,
+)
 from tests.daemon.conftest import HAVE_FUSE, Mount
 
 KEYS = 7
@@ -224,37 +228,6 @@ def test_a_compacted_directory_verifies_clean(cli: Cli, log_dir: Path) -> None:
     assert cli("compact").code == 0
     verified = cli("verify")
     assert (verified.code, verified.out) == (0, b""), verified.err
-
-
-def on_terminal(log_dir: Path, *args: str) -> tuple[int, bytes, bytes]:
-    """The console script with stderr on a terminal: exit code, stdout, what the
-    terminal showed."""
-    env = {**os.environ, "SEGLOG_LOG_DIR": str(log_dir)}
-    controller, terminal = pty.openpty()
-    # An 80-column terminal: a pty starts with 0 columns, where a bar has no room.
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    try:
-        process = subprocess.run(
-            [str(SCRIPT), *args],
-            stdout=subprocess.PIPE,
-            stderr=terminal,
-            env=env,
-            timeout=120,
-            check=False,
-        )
-        os.close(terminal)
-        shown = b""
-        while True:
-            try:
-                chunk = os.read(controller, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            shown += chunk
-    finally:
-        os.close(controller)
-    return process.returncode, process.stdout, shown
 
 
 def test_progress_only_on_a_terminal(log_dir: Path) -> None:

@@ -3,13 +3,10 @@ with its file and byte position and exit code 1."""
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
 import struct
 import subprocess
 import sys
-import termios
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +17,7 @@ from seglogfs.cli.verify import verify_log_dir
 from seglogfs.positions import position_index_spec
 from storage import LogManager
 from storage.record.render import rendered_size
-from tests.cli.conftest import SCRIPT, Cli, run_script, strip_build_notice
+from tests.cli.conftest import SCRIPT, Cli, on_terminal, run_script, strip_build_notice
 from tests.conftest import ManualClock
 
 TS = 1_700_000_000_000
@@ -276,31 +273,8 @@ def test_progress_bar_only_on_a_terminal(log_dir: Path, clock: ManualClock) -> N
         0,
         f"{log_dir}: no problems found\n".encode(),
     )
-    controller, terminal = pty.openpty()
-    # An 80-column terminal: a pty starts with 0 columns, where a bar has no room.
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    try:
-        process = subprocess.run(
-            [str(SCRIPT), "verify"],
-            stdout=subprocess.PIPE,
-            stderr=terminal,
-            env=env,
-            timeout=60,
-            check=False,
-        )
-        os.close(terminal)
-        shown = b""
-        while True:
-            try:
-                chunk = os.read(controller, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            shown += chunk
-    finally:
-        os.close(controller)
-    assert process.returncode == 0
+    code, _out, shown = on_terminal(log_dir, "verify", timeout=60)
+    assert code == 0
     assert b"verify: 100%" in shown
     assert f"{log_dir}: no problems found".encode() in shown
 
