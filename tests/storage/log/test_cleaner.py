@@ -679,10 +679,12 @@ def test_appends_and_reads_go_on_while_a_log_is_cleaned(log: Log, clock: ManualC
         stop.set()
         for thread in threads:
             thread.join()
-    assert end == uncleanable
+    # The pass cleans up to the active segment it finds when it starts: the writer
+    # may have rolled it by then (a loaded machine), never afterwards.
+    assert end >= uncleanable
     assert reads, "the reader ran"
     assert problems == []
-    assert triples(log) == kafka_rules(appended, uncleanable) + more
+    assert triples(log) == kafka_rules(appended + more, end)
     log._check()
 
 
