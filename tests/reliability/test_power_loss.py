@@ -137,6 +137,7 @@ def test_power_loss_long(scratch_path: Path, name: str, model: Model) -> None:
 
 
 @pytest.mark.long
+@pytest.mark.timeout(3600)  # every recovery step cut: about 10 minutes a model
 @pytest.mark.parametrize("model", list(Model))
 def test_power_loss_after_recovery_long(scratch_path: Path, model: Model) -> None:
     budget = Budget(cuts=100, states_per_cut=5)
