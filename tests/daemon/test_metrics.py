@@ -236,13 +236,28 @@ def answer(sock: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
-def sockets_of(pid: int) -> int:
-    """The sockets ``pid`` holds open now (a descriptor closed between the listing and
-    its readlink is not counted)."""
-    count = 0
+def connections_of(pid: int, port: int) -> int:
+    """The TCP connections on ``port`` that ``pid`` holds open now (not the listener).
+
+    Only those: a count of all the daemon's sockets moves for other reasons (under
+    ``pytest -n 2`` it went from 3 to 9 with no metrics client left).
+    """
+    inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         with contextlib.suppress(FileNotFoundError):
-            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    count = 0
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            for line in lines:
+                fields = line.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                listening = fields[3] == "0A"
+                if local_port == port and not listening and fields[9] in inodes:
+                    count += 1
     return count
 
 
@@ -264,24 +279,22 @@ def test_connections_over_max_are_refused_and_the_mount_goes_on(
     port, proc, mnt = metrics_mount(
         tmp_path, mount_dir, "seglog.metrics.max.connections=3", f"{metrics.IDLE_KEY}=60000"
     )
-    sockets, threads = sockets_of(proc.pid), threads_of(proc.pid)
+    threads = threads_of(proc.pid)
     with contextlib.ExitStack() as held:
         silent = [held.enter_context(connect(port)) for _ in range(3)]
-        _over_max(port, proc.pid, mnt, sockets, threads, silent)
+        _over_max(port, proc.pid, mnt, threads, silent)
 
 
-def _over_max(
-    port: int, pid: int, mnt: Path, sockets: int, threads: int, silent: list[socket.socket]
-) -> None:
+def _over_max(port: int, pid: int, mnt: Path, threads: int, silent: list[socket.socket]) -> None:
     # The test's body; the caller closes the silent connections whatever happens here
     # (a socket left open would fail a later test with a ResourceWarning).
     try:
-        wait_for(lambda: sockets_of(pid), sockets + 3)
+        wait_for(lambda: connections_of(pid, port), 3)
         # 100 more: each refused at accept with a 503, none kept.
         for _ in range(100):
             with connect(port) as extra:
                 assert answer(extra).startswith(b"HTTP/1.1 503 ")
-        assert sockets_of(pid) == sockets + 3
+        assert connections_of(pid, port) == 3
         # One server thread whatever the clients (trio's idle worker threads may exit).
         assert threads_of(pid) <= threads
         # The mount does not notice.
@@ -293,7 +306,7 @@ def _over_max(
     finally:
         silent.pop().close()
     # A slot is free again: the next scrape is served, and says what was refused.
-    wait_for(lambda: sockets_of(pid), sockets + 2)
+    wait_for(lambda: connections_of(pid, port), 2)
     samples = scrape(port)
     closed = "seglogfs_metrics_connections_closed_total"
     assert value(samples, closed, reason="max_connections") == 101
@@ -304,7 +317,6 @@ def test_a_client_that_trickles_is_closed_at_its_deadline(
     tmp_path: Path, mount_dir: MountDir
 ) -> None:
     port, proc, mnt = metrics_mount(tmp_path, mount_dir, f"{metrics.IDLE_KEY}=1000")
-    sockets = sockets_of(proc.pid)
     with connect(port) as slow, connect(port) as silent:
         started = time.monotonic()
         closed_after = None
@@ -319,7 +331,7 @@ def test_a_client_that_trickles_is_closed_at_its_deadline(
         assert closed_after is not None
         assert 1.0 <= closed_after < 3.0
         assert answer(silent) == b""  # closed too, without a word
-    wait_for(lambda: sockets_of(proc.pid), sockets)
+    wait_for(lambda: connections_of(proc.pid, port), 0)
     samples = scrape(port)
     closed = "seglogfs_metrics_connections_closed_total"
     assert value(samples, closed, reason="idle_timeout") == 2
