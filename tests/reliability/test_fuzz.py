@@ -57,6 +57,7 @@ from storage import (
     parse_properties,
 )
 from storage.record.record_batch import validate_client_batch
+from tests.daemon.conftest import Mount, is_mounted, needs_fuse
 
 CI_INPUTS = 20_000
 LONG_INPUTS = 1_000_000
@@ -496,8 +497,6 @@ def _fuzz_xattrs(tmp_path: Path, count: int) -> None:
     """Random ``user.seglog.*`` values set and removed on topics and partition files of
     a real mount: each call succeeds or fails with a documented errno, the mount keeps
     answering, and the daemon logs no handler error."""
-    from tests.daemon.conftest import Mount, is_mounted
-
     rng = random.Random(SEED + 7)
     log_dir = tmp_path / "logs"
     mountpoint = tmp_path / "mnt"
@@ -534,14 +533,14 @@ def _fuzz_xattrs(tmp_path: Path, count: int) -> None:
         assert mount.stop() == 0, mount.log()[-3000:]
 
 
-@pytest.mark.skipif(not Path("/dev/fuse").exists(), reason="/dev/fuse is missing")
+@needs_fuse
 def test_fuzz_xattr_values(tmp_path: Path) -> None:
     _fuzz_xattrs(tmp_path, 600)
 
 
 @pytest.mark.long
 @pytest.mark.timeout(3600)
-@pytest.mark.skipif(not Path("/dev/fuse").exists(), reason="/dev/fuse is missing")
+@needs_fuse
 def test_fuzz_xattr_values_long(tmp_path: Path) -> None:
     _fuzz_xattrs(tmp_path, 20_000)
 
@@ -596,7 +595,6 @@ def _fuzz_spark_options(tmp_path: Path, count: int) -> None:
     """Random option maps given to the data source: planning a batch and a streaming
     read and a write either works or fails with the source's documented errors
     (``SeglogSparkError``: ``OptionError``, ``SinkError``) or the engine's."""
-    pytest.importorskip("pyspark")
     from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
     from seglogfs.spark.errors import SeglogSparkError
