@@ -44,6 +44,7 @@ downwards serving it, or skipping it).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
@@ -105,12 +106,26 @@ def write_partition(log_dir: Path) -> list[AppendInfo]:
     return infos
 
 
-def flip(path: Path, position: int) -> None:
+def flip(path: Path, position: int, mask: int = 0x01) -> None:
     with open(path, "r+b") as f:
         f.seek(position)
         byte = f.read(1)[0]
         f.seek(position)
-        f.write(bytes([byte ^ 0x01]))
+        f.write(bytes([byte ^ mask]))
+
+
+@contextlib.contextmanager
+def mounted(tmp_path: Path, log_dir: Path, options: list[str]) -> Iterator[Path]:
+    """``log_dir`` mounted with ``options`` at ``tmp_path / "mnt"`` (yielded), unmounted
+    afterwards whatever happens."""
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    mount = Mount(log_dir, mountpoint, options, tmp_path / "daemon.log")
+    try:
+        mount.start()
+        yield mountpoint
+    finally:
+        mount.cleanup()
 
 
 @dataclass
@@ -278,11 +293,7 @@ def test_a_missing_segment_is_never_passed_over(tmp_path: Path) -> None:
     bases = sorted({info.segment_base_offset for info in infos})
     missing, following = bases[3], bases[4]
     log_file(log_dir / "t-0", missing).unlink()
-    mountpoint = tmp_path / "mnt"
-    mountpoint.mkdir()
-    mount = Mount(log_dir, mountpoint, ["-o", "ro"], tmp_path / "daemon.log")
-    try:
-        mount.start()
+    with mounted(tmp_path, log_dir, ["-o", "ro"]) as mountpoint:
         partition = mountpoint / "t" / "0"
         assert partition.stat().st_size == SIZE
         for command in (
@@ -299,8 +310,6 @@ def test_a_missing_segment_is_never_passed_over(tmp_path: Path) -> None:
         assert (result.returncode, result.stdout) == (0, expected(following * LINE + 7, 100))
         with open(partition, "rb", buffering=0) as f:
             assert os.pread(f.fileno(), 100, SIZE - 100) == expected(SIZE - 100, 100)
-    finally:
-        mount.cleanup()
 
 
 # -- the engine, by offset ---------------------------------------------------------------
@@ -413,11 +422,7 @@ def test_a_position_index_rebuilt_over_a_damaged_batch_serves_no_guessed_positio
         (bad.last_offset + 1) * LINE,
         bases[4] * LINE,
     )
-    mountpoint = tmp_path / "mnt"
-    mountpoint.mkdir()
-    mount = Mount(log_dir, mountpoint, list(options), tmp_path / "daemon.log")
-    try:
-        mount.start()
+    with mounted(tmp_path, log_dir, list(options)) as mountpoint:
         partition = mountpoint / "t" / "0"
         result = dd(partition, start - 50)
         assert_eio(result, "dd into it")
@@ -441,8 +446,6 @@ def test_a_position_index_rebuilt_over_a_damaged_batch_serves_no_guessed_positio
         cat = subprocess.run(["cat", str(partition)], capture_output=True, timeout=120)
         assert_eio(cat, "cat")
         assert cat.stdout == expected(0, start)
-    finally:
-        mount.cleanup()
 
 
 # -- the render process ----------------------------------------------------------------------
@@ -460,24 +463,15 @@ def test_a_damaged_base_offset_is_not_streamed_by_the_render_process(tmp_path: P
     bases = sorted({info.segment_base_offset for info in infos})
     in_segment = [info for info in infos if info.segment_base_offset == bases[3]]
     bad = in_segment[len(in_segment) // 2]
-    with open(log_file(log_dir / "t-0", bases[3]), "r+b") as f:
-        f.seek(bad.position + 7)  # the base offset's low byte: +2, outside the CRC
-        byte = f.read(1)[0]
-        f.seek(bad.position + 7)
-        f.write(bytes([byte ^ 0x02]))
-    mountpoint = tmp_path / "mnt"
-    mountpoint.mkdir()
-    mount = Mount(log_dir, mountpoint, ["-o", "ro"], tmp_path / "daemon.log")
-    try:
-        mount.start()
+    # The base offset's low byte: +2, outside the CRC.
+    flip(log_file(log_dir / "t-0", bases[3]), bad.position + 7, 0x02)
+    with mounted(tmp_path, log_dir, ["-o", "ro"]) as mountpoint:
         cat = subprocess.run(["cat", str(mountpoint / "t" / "0")], capture_output=True, timeout=300)
         lines = cat.stdout.splitlines()
         # Every line served names its own offset, and the read stops at the damage.
         assert all(b'"offset": %d,' % i in line for i, line in enumerate(lines))
         assert_eio(cat, "cat")
         assert len(lines) == bad.first_offset
-    finally:
-        mount.cleanup()
 
 
 def _gapped_log_dir(log_dir: Path) -> list[tuple[int, int, int]]:
@@ -644,13 +638,7 @@ def test_a_damaged_batch_the_position_index_never_measured_fails_cat(
         assert log.number_of_segments == 1
     bad = infos[-1] if which == "last" else infos[-2]
     flip(log_file(log_dir / "t-0", 0), bad.position + FIRST_RECORD_LENGTH)
-    mountpoint = tmp_path / "mnt"
-    mountpoint.mkdir()
-    mount = Mount(log_dir, mountpoint, ["-o", "ro"], tmp_path / "daemon.log")
-    try:
-        mount.start()
+    with mounted(tmp_path, log_dir, ["-o", "ro"]) as mountpoint:
         cat = subprocess.run(["cat", str(mountpoint / "t" / "0")], capture_output=True, timeout=60)
         assert_eio(cat, "cat")
         assert cat.stdout == expected(0, bad.first_offset * LINE)
-    finally:
-        mount.cleanup()
